@@ -1,0 +1,152 @@
+"""DLedgerConfig: every tunable of a node, each default explained once.
+
+Times are in seconds (floats) throughout the code; the names say `_s`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class FlushMode(str, Enum):
+    # An entry counts toward the quorum only once it is on disk (fdatasync),
+    # on the leader and on every follower. Appends that arrive while one
+    # fdatasync runs share the next one (group commit).
+    SYNC = "sync"
+    # DLedger's own default: count an entry once it is in the page cache and
+    # flush every `flush_interval_s`. Faster; a power loss on a majority can
+    # lose acknowledged entries.
+    ASYNC = "async"
+
+
+@dataclass(frozen=True)
+class PeerAddress:
+    id: str
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_peers(text: str) -> list[PeerAddress]:
+    """Parse `n0=127.0.0.1:20911,n1=...` (also DLedger's `n0-host:port;n1-...`)."""
+    peers: list[PeerAddress] = []
+    for item in text.replace(";", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "=" in item:
+            peer_id, address = item.split("=", 1)
+        elif "-" in item:
+            peer_id, address = item.split("-", 1)
+        else:
+            raise ValueError(f"peer {item!r}: expected ID=HOST:PORT")
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"peer {item!r}: expected ID=HOST:PORT")
+        peers.append(PeerAddress(peer_id.strip(), host.strip(), int(port)))
+    ids = [p.id for p in peers]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"duplicate peer ids in {text!r}")
+    if not peers:
+        raise ValueError("no peers given")
+    return peers
+
+
+@dataclass(frozen=True)
+class DLedgerConfig:
+    self_id: str
+    peers: tuple[PeerAddress, ...]
+    data_dir: str
+    group: str = "default"
+
+    # ---- election. A follower that hears nothing from its leader for a random
+    # time in [election_timeout_min_s, election_timeout_max_s] campaigns. The
+    # heartbeat is a fifth of the minimum so that four lost heartbeats in a row
+    # are needed for a spurious election; failover lands near 0.5-0.8 s.
+    heartbeat_interval_s: float = 0.1
+    election_timeout_min_s: float = 0.5
+    election_timeout_max_s: float = 1.0
+    # How long a vote or heartbeat RPC may take before it counts as lost.
+    rpc_timeout_s: float = 1.0
+    # Leadership transfer: the transferee may lag at most this many entries,
+    # and gets this long to catch up and win (DLedger: 1000 entries, 1 s).
+    max_leadership_transfer_wait_index: int = 1000
+    leadership_transfer_timeout_s: float = 2.0
+    preferred_leader_id: str = ""
+    preferred_leader_check_interval_s: float = 1.0
+
+    # ---- replication (DLedgerEntryPusher)
+    # Entries per push and bytes per push: large batches keep the per-call
+    # cost of Python gRPC (about 0.3 ms) off the per-entry cost.
+    max_push_batch_entries: int = 1024
+    max_push_batch_bytes: int = 1 << 20
+    # In-flight entries per follower before the dispatcher waits (DLedger: 1000 requests).
+    max_pending_entries_per_peer: int = 8192
+    # A push with no answer after this is resent from the follower's watermark.
+    push_timeout_s: float = 1.0
+    # A commit-only push when idle, at most this often (DLedger: 1 s).
+    commit_push_interval_s: float = 1.0
+    # A follower more than this many entries behind is throttled to a byte quota.
+    peer_push_throttle_lag: int = 1000
+    peer_push_quota_bytes_per_s: int = 20 << 20
+    # Follower: an out-of-order push waiting for a gap this long fails with
+    # INCONSISTENT_STATE so the leader goes back to COMPARE.
+    follower_gap_timeout_s: float = 1.0
+
+    # ---- client appends (QuorumAckChecker)
+    max_wait_ack_s: float = 2.5           # then WAIT_QUORUM_ACK_TIMEOUT
+    max_pending_requests: int = 100_000   # entries awaiting commit; then LEADER_PENDING_FULL
+    max_entry_size: int = 4 << 20         # a body larger than this is refused
+    max_append_batch_entries: int = 10_000
+
+    # ---- storage (DLedger's file store)
+    data_file_size: int = 1 << 30         # DLedger's default, 1 GiB
+    index_file_size: int = 32 * 5 * (1 << 20)  # 160 MiB = 5,242,880 index records
+    flush_mode: FlushMode = FlushMode.SYNC
+    flush_interval_s: float = 0.01        # ASYNC mode only
+    checkpoint_interval_s: float = 3.0
+    preallocate: bool = True              # posix_fallocate new segments: ENOSPC at roll, not mid-write
+    # Retention: segments older than this go, unless a live follower or the
+    # commit index still needs them (DLedger: 72 h).
+    retention_s: float = 72 * 3600.0
+    retention_check_interval_s: float = 10.0
+    disk_full_ratio: float = 0.90         # above this the node refuses appends (DISK_FULL)
+
+    # ---- served on the side, reported in Metadata
+    metrics_address: str = ""
+
+    @property
+    def self_peer(self) -> PeerAddress:
+        for p in self.peers:
+            if p.id == self.self_id:
+                return p
+        raise ValueError(f"self id {self.self_id!r} is not among the peers")
+
+    @property
+    def peer_ids(self) -> list[str]:
+        return [p.id for p in self.peers]
+
+    @property
+    def quorum(self) -> int:
+        return len(self.peers) // 2 + 1
+
+    def address_of(self, peer_id: str) -> str:
+        for p in self.peers:
+            if p.id == peer_id:
+                return p.address
+        return ""
+
+    def validate(self) -> None:
+        self.self_peer  # raises when missing
+        if not (0 < self.election_timeout_min_s <= self.election_timeout_max_s):
+            raise ValueError("need 0 < election_timeout_min_s <= election_timeout_max_s")
+        if self.heartbeat_interval_s * 2 > self.election_timeout_min_s:
+            raise ValueError("heartbeat interval must be at most half the minimum election timeout")
+        if self.max_entry_size + 64 > self.data_file_size:
+            raise ValueError("max_entry_size must fit in one data file")
+        if self.index_file_size % 32:
+            raise ValueError("index_file_size must be a multiple of 32")
+

@@ -1,0 +1,42 @@
+"""Small Java-properties files written atomically: `currterm` and `checkpoint`.
+
+DLedger writes these without fsync and with a delete-then-rename that can lose
+the file. Here: write a temp file, fsync it, rename over the old one, fsync the
+directory. A reader sees the old file or the new one, never a torn one.
+"""
+from __future__ import annotations
+
+import os
+
+
+def write_properties(path: str, values: dict[str, str]) -> None:
+    text = "".join(f"{key}={value}\n" for key, value in values.items())
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def read_properties(path: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#") or line.startswith("!"):
+                continue
+            key, _, value = line.partition("=")
+            values[key.strip()] = value.strip()
+    return values
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

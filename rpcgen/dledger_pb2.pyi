@@ -1,0 +1,300 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class VoteResult(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    VOTE_UNKNOWN: _ClassVar[VoteResult]
+    ACCEPT: _ClassVar[VoteResult]
+    REJECT_UNKNOWN_LEADER: _ClassVar[VoteResult]
+    REJECT_UNEXPECTED_LEADER: _ClassVar[VoteResult]
+    REJECT_EXPIRED_VOTE_TERM: _ClassVar[VoteResult]
+    REJECT_ALREADY_VOTED: _ClassVar[VoteResult]
+    REJECT_ALREADY_HAS_LEADER: _ClassVar[VoteResult]
+    REJECT_TERM_NOT_READY: _ClassVar[VoteResult]
+    REJECT_TERM_SMALL_THAN_LEDGER: _ClassVar[VoteResult]
+    REJECT_EXPIRED_LEDGER_TERM: _ClassVar[VoteResult]
+    REJECT_SMALL_LEDGER_END_INDEX: _ClassVar[VoteResult]
+    REJECT_TAKING_LEADERSHIP: _ClassVar[VoteResult]
+
+class PushType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PUSH_UNKNOWN: _ClassVar[PushType]
+    APPEND: _ClassVar[PushType]
+    COMMIT: _ClassVar[PushType]
+    COMPARE: _ClassVar[PushType]
+    TRUNCATE: _ClassVar[PushType]
+VOTE_UNKNOWN: VoteResult
+ACCEPT: VoteResult
+REJECT_UNKNOWN_LEADER: VoteResult
+REJECT_UNEXPECTED_LEADER: VoteResult
+REJECT_EXPIRED_VOTE_TERM: VoteResult
+REJECT_ALREADY_VOTED: VoteResult
+REJECT_ALREADY_HAS_LEADER: VoteResult
+REJECT_TERM_NOT_READY: VoteResult
+REJECT_TERM_SMALL_THAN_LEDGER: VoteResult
+REJECT_EXPIRED_LEDGER_TERM: VoteResult
+REJECT_SMALL_LEDGER_END_INDEX: VoteResult
+REJECT_TAKING_LEADERSHIP: VoteResult
+PUSH_UNKNOWN: PushType
+APPEND: PushType
+COMMIT: PushType
+COMPARE: PushType
+TRUNCATE: PushType
+
+class Header(_message.Message):
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "message", "leader_address")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    local_id: str
+    code: int
+    leader_id: str
+    term: int
+    message: str
+    leader_address: str
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., message: _Optional[str] = ..., leader_address: _Optional[str] = ...) -> None: ...
+
+class VoteRequest(_message.Message):
+    __slots__ = ("header", "ledger_end_index", "ledger_end_term", "pre_vote", "leadership_transfer")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
+    PRE_VOTE_FIELD_NUMBER: _ClassVar[int]
+    LEADERSHIP_TRANSFER_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    ledger_end_index: int
+    ledger_end_term: int
+    pre_vote: bool
+    leadership_transfer: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., pre_vote: _Optional[bool] = ..., leadership_transfer: _Optional[bool] = ...) -> None: ...
+
+class VoteResponse(_message.Message):
+    __slots__ = ("header", "result", "ledger_end_index", "ledger_end_term")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    result: VoteResult
+    ledger_end_index: int
+    ledger_end_term: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., result: _Optional[_Union[VoteResult, str]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ...) -> None: ...
+
+class HeartBeatRequest(_message.Message):
+    __slots__ = ("header", "committed_index")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    committed_index: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., committed_index: _Optional[int] = ...) -> None: ...
+
+class HeartBeatResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ...) -> None: ...
+
+class PushEntryRequest(_message.Message):
+    __slots__ = ("header", "type", "index", "index_term", "committed_index", "entries", "entry_count", "reset", "reset_pos", "reset_chain_crc")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    INDEX_TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    RESET_POS_FIELD_NUMBER: _ClassVar[int]
+    RESET_CHAIN_CRC_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    type: PushType
+    index: int
+    index_term: int
+    committed_index: int
+    entries: bytes
+    entry_count: int
+    reset: bool
+    reset_pos: int
+    reset_chain_crc: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., type: _Optional[_Union[PushType, str]] = ..., index: _Optional[int] = ..., index_term: _Optional[int] = ..., committed_index: _Optional[int] = ..., entries: _Optional[bytes] = ..., entry_count: _Optional[int] = ..., reset: _Optional[bool] = ..., reset_pos: _Optional[int] = ..., reset_chain_crc: _Optional[int] = ...) -> None: ...
+
+class PushEntryResponse(_message.Message):
+    __slots__ = ("header", "type", "index", "ledger_end_index", "ledger_end_term", "flushed_index", "conflict_term", "conflict_index", "ledger_begin_index")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CONFLICT_TERM_FIELD_NUMBER: _ClassVar[int]
+    CONFLICT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_BEGIN_INDEX_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    type: PushType
+    index: int
+    ledger_end_index: int
+    ledger_end_term: int
+    flushed_index: int
+    conflict_term: int
+    conflict_index: int
+    ledger_begin_index: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., type: _Optional[_Union[PushType, str]] = ..., index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., flushed_index: _Optional[int] = ..., conflict_term: _Optional[int] = ..., conflict_index: _Optional[int] = ..., ledger_begin_index: _Optional[int] = ...) -> None: ...
+
+class LeadershipTransferRequest(_message.Message):
+    __slots__ = ("header", "transferee_id", "take_leadership_ledger_index", "from_leader")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    TRANSFEREE_ID_FIELD_NUMBER: _ClassVar[int]
+    TAKE_LEADERSHIP_LEDGER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    FROM_LEADER_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    transferee_id: str
+    take_leadership_ledger_index: int
+    from_leader: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., transferee_id: _Optional[str] = ..., take_leadership_ledger_index: _Optional[int] = ..., from_leader: _Optional[bool] = ...) -> None: ...
+
+class LeadershipTransferResponse(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ...) -> None: ...
+
+class AppendRequest(_message.Message):
+    __slots__ = ("header", "bodies")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    bodies: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., bodies: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class AppendResponse(_message.Message):
+    __slots__ = ("header", "first_index", "last_index", "positions")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    first_index: int
+    last_index: int
+    positions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Entry(_message.Message):
+    __slots__ = ("index", "term", "pos", "magic", "body", "body_crc", "chain_crc")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    POS_FIELD_NUMBER: _ClassVar[int]
+    MAGIC_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    BODY_CRC_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_CRC_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    term: int
+    pos: int
+    magic: int
+    body: bytes
+    body_crc: int
+    chain_crc: int
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., magic: _Optional[int] = ..., body: _Optional[bytes] = ..., body_crc: _Optional[int] = ..., chain_crc: _Optional[int] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("header", "index")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    index: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., index: _Optional[int] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("header", "entry")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    entry: Entry
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., entry: _Optional[_Union[Entry, _Mapping]] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("header", "start_index", "end_index", "max_batch_bytes")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    START_INDEX_FIELD_NUMBER: _ClassVar[int]
+    END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    start_index: int
+    end_index: int
+    max_batch_bytes: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., start_index: _Optional[int] = ..., end_index: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ...) -> None: ...
+
+class ReadResponse(_message.Message):
+    __slots__ = ("header", "entries", "committed_index")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    entries: _containers.RepeatedCompositeFieldContainer[Entry]
+    committed_index: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., committed_index: _Optional[int] = ...) -> None: ...
+
+class MetadataRequest(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ...) -> None: ...
+
+class PeerState(_message.Message):
+    __slots__ = ("id", "address", "watermark", "lag")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    address: str
+    watermark: int
+    lag: int
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., watermark: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+
+class MetadataResponse(_message.Message):
+    __slots__ = ("header", "group", "self_id", "role", "term", "leader_id", "leader_address", "ledger_begin_index", "ledger_end_index", "committed_index", "peers", "pid", "metrics_address", "flushed_index", "ledger_end_term")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SELF_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_BEGIN_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    METRICS_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    group: str
+    self_id: str
+    role: str
+    term: int
+    leader_id: str
+    leader_address: str
+    ledger_begin_index: int
+    ledger_end_index: int
+    committed_index: int
+    peers: _containers.RepeatedCompositeFieldContainer[PeerState]
+    pid: int
+    metrics_address: str
+    flushed_index: int
+    ledger_end_term: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., ledger_begin_index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[PeerState, _Mapping]]] = ..., pid: _Optional[int] = ..., metrics_address: _Optional[str] = ..., flushed_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ...) -> None: ...
