@@ -1,0 +1,1 @@
+"""Benchmarks that print one JSON line per result (see bench/append.py)."""

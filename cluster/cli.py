@@ -1,0 +1,314 @@
+"""`dledger`: run a node or a local cluster, and talk to a running cluster.
+
+Tools outside this project depend on these command forms and on the JSON
+they print (issue 2), so both stay exactly as documented:
+
+    dledger node --id ID --peers ID=HOST:PORT,... --data-dir DIR [--metrics-port P]
+    dledger cluster up [--nodes 3] [--data-dir ./data] [--base-port 20911]
+    dledger status --servers HOST:PORT[,...] --json
+    dledger append --servers ... (--data TEXT | --count N --size BYTES) --json
+    dledger get --servers ... --index I --json
+    dledger read --servers ... [--from ID] [--start I] [--end J] --json
+    dledger bench append --servers ... --size BYTES --inflight K --duration SECONDS [--batch B] --json
+    dledger leader transfer --servers ... --to ID
+
+Exit codes: 0 success, 1 a failure (message on stderr), 2 a usage error.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import logging
+import os
+import sys
+from typing import Any, Awaitable, Callable
+
+from cluster.config import ConfigError, add_node_arguments, config_from_args
+from dledger.client import DLedgerClient, parse_servers
+from dledger.errors import DLedgerError
+
+# Entries per Append call for `append --count`: large batches amortize the
+# per-call cost, and the byte cap keeps one call well under the message limit.
+APPEND_BATCH_ENTRIES = 1000
+APPEND_BATCH_BYTES = 8 << 20
+
+
+# ------------------------------------------------------------- output shapes
+
+def entry_json(entry: Any) -> dict[str, Any]:
+    return {"index": entry.index, "term": entry.term,
+            "body_base64": base64.b64encode(entry.body).decode("ascii")}
+
+
+def append_json(appended: int, first_index: int, last_index: int) -> dict[str, int]:
+    return {"appended": appended, "first_index": first_index, "last_index": last_index}
+
+
+def status_json(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"nodes": rows}
+
+
+def status_table(rows: list[dict[str, Any]]) -> str:
+    columns = ["id", "address", "role", "term", "leader_id", "ledger_begin_index",
+               "ledger_end_index", "committed_index", "pid", "metrics_address"]
+    cells = [columns] + [["-" if r[c] is None else str(r[c]) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(", ", ": "))
+
+
+def make_bodies(first: int, count: int, size: int) -> list[bytes]:
+    """Bodies of exactly `size` bytes, each carrying its sequence number so
+    that entries can be told apart when logs are compared."""
+    return [str(first + i).encode().rjust(size, b".")[-size:] if size else b""
+            for i in range(count)]
+
+
+# ---------------------------------------------------------------- commands
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    async with DLedgerClient(args.servers, args.group) as client:
+        rows = await client.cluster_status()
+    print(dumps(status_json(rows)) if args.json else status_table(rows))
+    if all(r["role"] == "unreachable" for r in rows):
+        return fail("status", "no node reachable")
+    return 0
+
+
+async def cmd_append(args: argparse.Namespace) -> int:
+    async with DLedgerClient(args.servers, args.group) as client:
+        if args.data is not None:
+            result = await client.append_one(args.data.encode())
+            summary = append_json(1, result.first_index, result.last_index)
+        else:
+            summary = await _append_many(client, args.count, args.size, args.batch)
+    if args.json:
+        print(dumps(summary))
+    else:
+        print(f"appended {summary['appended']} entries, "
+              f"index {summary['first_index']}..{summary['last_index']}")
+    return 0
+
+
+async def _append_many(client: DLedgerClient, count: int, size: int, batch: int) -> dict[str, int]:
+    per_call = max(1, min(batch, APPEND_BATCH_BYTES // max(size, 1)))
+    first_index = last_index = -1
+    done = 0
+    while done < count:
+        n = min(per_call, count - done)
+        try:
+            result = await client.append(make_bodies(done, n, size))
+        except DLedgerError as error:
+            raise DLedgerError(error.code, f"{error.message} (after {done} of {count} appended)",
+                               leader_id=error.leader_id) from None
+        if first_index < 0:
+            first_index = result.first_index
+        last_index = result.last_index
+        done += n
+    return append_json(done, first_index, last_index)
+
+
+async def cmd_get(args: argparse.Namespace) -> int:
+    async with DLedgerClient(args.servers, args.group) as client:
+        entry = await client.get(args.index)
+    if args.json:
+        print(dumps(entry_json(entry)))
+    else:
+        print(f"index={entry.index} term={entry.term} body={entry.body!r}")
+    return 0
+
+
+async def cmd_read(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    async with DLedgerClient(args.servers, args.group) as client:
+        async for entry in client.read(args.start, args.end, args.from_id):
+            if args.json:
+                out.write(dumps(entry_json(entry)) + "\n")
+            else:
+                out.write(f"{entry.index} {entry.term} {entry.body!r}\n")
+    out.flush()
+    return 0
+
+
+async def cmd_bench_append(args: argparse.Namespace) -> int:
+    from cluster.bench import bench_append, report_errors
+
+    result = await bench_append(args.servers, args.size, args.inflight, args.duration,
+                                args.batch, args.group)
+    report_errors(result)
+    line = result.to_json()
+    print(dumps(line) if args.json else " ".join(f"{k}={v}" for k, v in line.items()))
+    return 0 if result.acked_entries else fail("bench append", "no append was acknowledged")
+
+
+async def cmd_leader_transfer(args: argparse.Namespace) -> int:
+    async with DLedgerClient(args.servers, args.group) as client:
+        leader_id, term = await client.leadership_transfer(args.to)
+    if args.json:
+        print(dumps({"leader_id": leader_id, "term": term}))
+    else:
+        print(f"leader is now {leader_id} (term {term})")
+    return 0
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from cluster.node import configure_logging, run_node
+
+    try:
+        config = config_from_args(args)
+    except ConfigError as error:
+        return fail("node", str(error), code=2)
+    configure_logging(config.self_id, args.log_level)
+    return asyncio.run(run_node(config, exit_with_parent=args.exit_with_parent))
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    from cluster.launcher import cluster_up, plan_nodes
+
+    try:
+        plan_nodes(args.nodes, args.data_dir, args.base_port)
+    except ValueError as error:
+        return fail("cluster up", str(error), code=2)
+    return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group))
+
+
+def fail(command: str, message: str, code: int = 1) -> int:
+    print(f"dledger {command}: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+# ------------------------------------------------------------------ parser
+
+def servers_arg(text: str) -> list[str]:
+    try:
+        return parse_servers(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected at least {minimum}, got {value}")
+        return value
+    return parse
+
+
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
+
+
+def _client_parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(name, help=help_text, description=help_text)
+    parser.add_argument("--servers", type=servers_arg, required=True, metavar="HOST:PORT[,...]",
+                        help="any nodes of the group; the leader is found from them")
+    parser.add_argument("--group", default="default", help="the DLedger group (default: default)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dledger", description="A Raft-replicated log in the manner of DLedger.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    node = commands.add_parser("node", help="run one node in the foreground")
+    add_node_arguments(node)
+    node.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    node.add_argument("--exit-with-parent", type=int, metavar="PID", help=argparse.SUPPRESS)
+    node.set_defaults(run=cmd_node)
+
+    cluster = commands.add_parser("cluster", help="a local multi-node cluster")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True, metavar="COMMAND")
+    up = cluster_commands.add_parser("up", help="start nodes n0..n<N-1> on 127.0.0.1 in the foreground")
+    up.add_argument("--nodes", type=positive_int, default=3)
+    up.add_argument("--data-dir", default="./data")
+    up.add_argument("--base-port", type=positive_int, default=20911,
+                    help="node i serves gRPC on BASE+i and metrics on BASE+100+i")
+    up.add_argument("--group", default="default")
+    up.set_defaults(run=cmd_cluster_up)
+
+    status = _client_parser(commands, "status", "every node's role, term and indexes")
+    status.set_defaults(run=cmd_status)
+
+    append = _client_parser(commands, "append", "append entries through the leader")
+    what = append.add_mutually_exclusive_group(required=True)
+    what.add_argument("--data", metavar="TEXT", help="append one entry with this UTF-8 body")
+    what.add_argument("--count", type=positive_int, metavar="N", help="append N entries of --size bytes")
+    append.add_argument("--size", type=non_negative_int, metavar="BYTES")
+    append.add_argument("--batch", type=positive_int, default=APPEND_BATCH_ENTRIES,
+                        help=f"entries per call with --count (default {APPEND_BATCH_ENTRIES})")
+    append.set_defaults(run=cmd_append)
+
+    get = _client_parser(commands, "get", "one entry by index")
+    get.add_argument("--index", type=int, required=True)
+    get.set_defaults(run=cmd_get)
+
+    read = _client_parser(commands, "read", "committed entries in a range, one line each")
+    read.add_argument("--from", dest="from_id", metavar="ID",
+                      help="read node ID's own log instead of the leader's")
+    read.add_argument("--start", type=int, default=-1, help="first index (default: the begin index)")
+    read.add_argument("--end", type=int, default=-1, help="last index (default: the committed index)")
+    read.set_defaults(run=cmd_read)
+
+    bench = commands.add_parser("bench", help="benchmarks")
+    bench_commands = bench.add_subparsers(dest="bench_command", required=True, metavar="COMMAND")
+    bench_append = _client_parser(bench_commands, "append", "closed-loop append throughput and latency")
+    bench_append.add_argument("--size", type=non_negative_int, required=True, metavar="BYTES")
+    bench_append.add_argument("--inflight", type=positive_int, required=True, metavar="K")
+    bench_append.add_argument("--duration", type=float, required=True, metavar="SECONDS")
+    bench_append.add_argument("--batch", type=positive_int, default=1, metavar="B",
+                              help="entries per call (default 1)")
+    bench_append.set_defaults(run=cmd_bench_append)
+
+    leader = commands.add_parser("leader", help="leadership")
+    leader_commands = leader.add_subparsers(dest="leader_command", required=True, metavar="COMMAND")
+    transfer = _client_parser(leader_commands, "transfer", "hand leadership to a node")
+    transfer.add_argument("--to", required=True, metavar="ID")
+    transfer.set_defaults(run=cmd_leader_transfer)
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.run is cmd_append and args.count is not None and args.size is None:
+        parser.error("append: --count needs --size")
+    if args.run is cmd_bench_append and args.duration <= 0:
+        parser.error("bench append: --duration must be positive")
+    if args.run in (cmd_node, cmd_cluster_up):
+        return args.run(args)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    return _run_client_command(args.command, args.run, args)
+
+
+def _run_client_command(name: str, command: Callable[[argparse.Namespace], Awaitable[int]],
+                        args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(command(args))
+    except DLedgerError as error:
+        return fail(name, str(error))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `dledger read ... | head`: the reader has had enough. Point stdout
+        # at /dev/null so that the flush at exit does not complain again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

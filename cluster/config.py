@@ -1,0 +1,177 @@
+"""A node's DLedgerConfig from command-line flags and an optional TOML file.
+
+The TOML file uses DLedgerConfig's own field names as keys (`self_id`,
+`peers`, `data_dir`, `heartbeat_interval_s`, ...), so that every tunable is
+reachable without a flag of its own; flags given on the command line override
+the file. `peers` may be a string (`"n0=127.0.0.1:20911,n1=..."`), a list of
+such items, or a table `{n0 = "127.0.0.1:20911", ...}`.
+
+Every problem is a ConfigError with a one-line message naming the key or flag.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tomllib
+import typing
+from pathlib import Path
+from typing import Any
+
+from dledger.config import DLedgerConfig, FlushMode, PeerAddress, parse_peers
+
+
+class ConfigError(ValueError):
+    """A configuration a node cannot start with; the message is one line."""
+
+
+# Flags beyond --id/--peers/--data-dir/--group/--config/--metrics-port: the
+# tunables an operator reaches for most. (flag, DLedgerConfig field, metavar, help)
+TUNING_FLAGS: list[tuple[str, str, str, str]] = [
+    ("--flush-mode", "flush_mode", "sync|async",
+     "sync (default): acknowledge only what a majority has on disk; async: flush on a timer"),
+    ("--data-file-size", "data_file_size", "BYTES", "bytes per data segment file"),
+    ("--index-file-size", "index_file_size", "BYTES", "bytes per index segment file (a multiple of 32)"),
+    ("--max-entry-size", "max_entry_size", "BYTES", "largest entry body accepted"),
+    ("--heartbeat-interval", "heartbeat_interval_s", "SECONDS", "time between leader heartbeats"),
+    ("--election-timeout-min", "election_timeout_min_s", "SECONDS",
+     "lower bound of the randomized election timeout"),
+    ("--election-timeout-max", "election_timeout_max_s", "SECONDS",
+     "upper bound of the randomized election timeout"),
+    ("--max-wait-ack", "max_wait_ack_s", "SECONDS",
+     "how long an append waits for a quorum before WAIT_QUORUM_ACK_TIMEOUT"),
+    ("--preferred-leader", "preferred_leader_id", "ID", "a node that takes leadership back whenever it can"),
+    ("--retention", "retention_s", "SECONDS", "how long a segment is kept"),
+    ("--preallocate", "preallocate", "true|false", "allocate segment files up front"),
+]
+
+
+def add_node_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="a TOML file whose keys are DLedgerConfig field names")
+    parser.add_argument("--id", dest="self_id", metavar="ID", help="this node's id, one of the ids in --peers")
+    parser.add_argument("--peers", metavar="ID=HOST:PORT,...", help="every member of the group")
+    parser.add_argument("--data-dir", metavar="DIR", help="directory for this node's files")
+    parser.add_argument("--group", metavar="NAME", help="the DLedger group name (default: default)")
+    parser.add_argument("--metrics-port", type=int, metavar="P",
+                        help="serve Prometheus metrics on 127.0.0.1:P")
+    for flag, field_name, metavar, help_text in TUNING_FLAGS:
+        parser.add_argument(flag, dest=field_name, metavar=metavar, help=help_text)
+
+
+def config_from_args(args: argparse.Namespace) -> DLedgerConfig:
+    """Merge the TOML file (if any) with the flags; flags win."""
+    values: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        values.update(load_toml(args.config))
+    flag_fields = ["self_id", "peers", "data_dir", "group"] + [f for _, f, _, _ in TUNING_FLAGS]
+    for name in flag_fields:
+        value = getattr(args, name, None)
+        if value is not None:
+            values[name] = value
+    if getattr(args, "metrics_port", None) is not None:
+        values["metrics_address"] = metrics_address_for_port(args.metrics_port)
+    return build_config(values)
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as file:
+            return tomllib.load(file)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: not found") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config file {path}: {error}") from None
+    except OSError as error:
+        raise ConfigError(f"config file {path}: {error.strerror}") from None
+
+
+def metrics_address_for_port(port: int) -> str:
+    if not 0 < port < 65536:
+        raise ConfigError(f"--metrics-port {port}: expected 1..65535")
+    return f"127.0.0.1:{port}"
+
+
+def build_config(values: dict[str, Any]) -> DLedgerConfig:
+    """A validated DLedgerConfig from field-name keyed values (TOML or flags)."""
+    hints = typing.get_type_hints(DLedgerConfig)
+    known = {f.name for f in dataclasses.fields(DLedgerConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown setting {unknown[0]!r} (settings are DLedgerConfig field names)")
+    for required, flag in (("self_id", "--id"), ("peers", "--peers"), ("data_dir", "--data-dir")):
+        if values.get(required) in (None, ""):
+            raise ConfigError(f"missing {flag} (or {required!r} in the config file)")
+    converted = {name: convert(name, value, hints[name]) for name, value in values.items()}
+    try:
+        config = DLedgerConfig(**converted)
+        config.validate()
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    return config
+
+
+def convert(name: str, value: Any, hint: Any) -> Any:
+    """Coerce one value (a TOML value or a flag's string) to the field's type."""
+    if name == "peers":
+        return tuple(convert_peers(value))
+    if hint is FlushMode:
+        try:
+            return FlushMode(str(value).lower())
+        except ValueError:
+            raise ConfigError(f"{name}: {value!r} is not one of sync, async") from None
+    if hint is bool:
+        return convert_bool(name, value)
+    if hint in (int, float):
+        return convert_number(name, value, hint)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def convert_number(name: str, value: Any, hint: type) -> int | float:
+    if isinstance(value, bool):
+        raise ConfigError(f"{name}: expected a number, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value) if hint is float else int(value.replace("_", ""), 0)
+        except ValueError:
+            raise ConfigError(f"{name}: expected {'a number' if hint is float else 'an integer'}, "
+                              f"got {value!r}") from None
+    if hint is int and not isinstance(value, int):
+        raise ConfigError(f"{name}: expected an integer, got {value!r}")
+    if not isinstance(value, (int, float)):
+        raise ConfigError(f"{name}: expected a number, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"{name}: must not be negative, got {value!r}")
+    return hint(value)
+
+
+def convert_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    raise ConfigError(f"{name}: expected true or false, got {value!r}")
+
+
+def convert_peers(value: Any) -> list[PeerAddress]:
+    if isinstance(value, dict):
+        value = ",".join(f"{peer_id}={address}" for peer_id, address in value.items())
+    elif isinstance(value, (list, tuple)):
+        value = ",".join(str(item) for item in value)
+    elif not isinstance(value, str):
+        raise ConfigError(f"peers: expected ID=HOST:PORT,..., got {value!r}")
+    try:
+        peers = parse_peers(value)
+    except ValueError as error:
+        raise ConfigError(f"peers: {error}") from None
+    for peer in peers:
+        if not peer.id:
+            raise ConfigError(f"peers: empty id in {value!r}")
+        if not 0 < peer.port < 65536:
+            raise ConfigError(f"peers: {peer.id} port {peer.port} is out of range")
+    return peers

@@ -1,0 +1,183 @@
+"""`dledger cluster up`: a local cluster of node processes in the foreground.
+
+Node i is `n<i>`, serves gRPC on base-port+i and metrics on base-port+100+i,
+and keeps its files in `<data-dir>/n<i>`. Each node is its own process
+(`python -m cluster.cli node ...`), so that chaos tools can SIGKILL one and
+restart it with `dledger node` on the same data dir: the launcher reports a
+node that dies and never restarts it. Ctrl-C or SIGTERM stops them all:
+SIGTERM to each, then SIGKILL to any still running after a timeout.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from dledger.client import DLedgerClient
+from dledger.errors import DLedgerError
+
+METRICS_PORT_OFFSET = 100
+# How long the nodes get to stop cleanly before SIGKILL.
+STOP_TIMEOUT_S = 10.0
+# Past this, the launcher says the cluster is not ready but keeps running.
+READY_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    id: str
+    host: str
+    port: int
+    metrics_port: int
+    data_dir: str
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def plan_nodes(count: int, data_dir: str, base_port: int, host: str = "127.0.0.1") -> list[NodeSpec]:
+    if count < 1:
+        raise ValueError("--nodes must be at least 1")
+    if count > METRICS_PORT_OFFSET:
+        # More would put node 100's gRPC port on node 0's metrics port.
+        raise ValueError(f"--nodes must be at most {METRICS_PORT_OFFSET}")
+    if not (0 < base_port and base_port + METRICS_PORT_OFFSET + count - 1 < 65536):
+        raise ValueError(f"--base-port {base_port}: the ports would leave 1..65535")
+    return [NodeSpec(f"n{i}", host, base_port + i, base_port + METRICS_PORT_OFFSET + i,
+                     str(Path(data_dir) / f"n{i}")) for i in range(count)]
+
+
+def peers_flag(nodes: list[NodeSpec]) -> str:
+    return ",".join(f"{n.id}={n.address}" for n in nodes)
+
+
+def node_command(node: NodeSpec, nodes: list[NodeSpec], group: str) -> list[str]:
+    return [sys.executable, "-m", "cluster.cli", "node", "--id", node.id,
+            "--peers", peers_flag(nodes), "--data-dir", node.data_dir,
+            "--metrics-port", str(node.metrics_port), "--group", group,
+            "--exit-with-parent", str(os.getpid())]
+
+
+def _child_env() -> dict[str, str]:
+    # The children import `cluster` and `dledger` from this checkout even
+    # when the project is not installed into the interpreter.
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+class Launcher:
+    def __init__(self, nodes: list[NodeSpec], group: str = "default") -> None:
+        self.nodes = nodes
+        self.group = group
+        self.processes: dict[str, asyncio.subprocess.Process] = {}
+        self._stop = asyncio.Event()
+        self._ready = False
+        self._all_died_early = False
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._stop.set)
+        try:
+            await self._spawn_all()
+            watchers = [asyncio.create_task(self._watch(n)) for n in self.nodes]
+            ready = asyncio.create_task(self._announce_ready())
+            await self._stop.wait()
+            for task in [ready, *watchers]:
+                task.cancel()
+            await asyncio.gather(ready, *watchers, return_exceptions=True)
+        finally:
+            await self._stop_all()
+        return 0 if not self._all_died_early else 1
+
+    async def _spawn_all(self) -> None:
+        env = _child_env()
+        for node in self.nodes:
+            Path(node.data_dir).mkdir(parents=True, exist_ok=True)
+            process = await asyncio.create_subprocess_exec(
+                *node_command(node, self.nodes, self.group), env=env, stdin=asyncio.subprocess.DEVNULL)
+            self.processes[node.id] = process
+            say(f"{node.id} grpc={node.address} metrics=http://{node.host}:{node.metrics_port}/metrics "
+                f"data={node.data_dir} pid={process.pid}")
+        say(f"servers {','.join(n.address for n in self.nodes)}")
+
+    async def _watch(self, node: NodeSpec) -> None:
+        process = self.processes[node.id]
+        code = await process.wait()
+        if self._stop.is_set():
+            return
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        print(f"node {node.id} (pid {process.pid}) died with {how}; not restarting it",
+              file=sys.stderr, flush=True)
+        if all(p.returncode is not None for p in self.processes.values()) and not self._ready:
+            print("every node died before the cluster was ready; stopping", file=sys.stderr, flush=True)
+            self._all_died_early = True
+            self._stop.set()
+
+    async def _announce_ready(self) -> None:
+        """Print `ready leader=ID term=T` once every node answers Metadata and
+        they agree on a leader."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + READY_TIMEOUT_S
+        async with DLedgerClient([n.address for n in self.nodes], self.group) as client:
+            while True:
+                leader = await _agreed_leader(client)
+                if leader is not None:
+                    self._ready = True
+                    say(f"ready leader={leader[0]} term={leader[1]}")
+                    return
+                if loop.time() > give_up:
+                    print(f"cluster not ready after {READY_TIMEOUT_S:.0f} s; still waiting",
+                          file=sys.stderr, flush=True)
+                    give_up = float("inf")
+                await asyncio.sleep(0.1)
+
+    async def _stop_all(self) -> None:
+        running = [p for p in self.processes.values() if p.returncode is None]
+        for process in running:
+            _signal(process, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in running)), STOP_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            for process in running:
+                if process.returncode is None:
+                    print(f"pid {process.pid} did not stop in {STOP_TIMEOUT_S:.0f} s; killing it",
+                          file=sys.stderr, flush=True)
+                    _signal(process, signal.SIGKILL)
+            await asyncio.gather(*(p.wait() for p in running))
+        say("stopped")
+
+
+async def _agreed_leader(client: DLedgerClient) -> tuple[str, int] | None:
+    try:
+        rows = await client.cluster_status()
+    except DLedgerError:
+        return None
+    if not rows or any(r["role"] == "unreachable" for r in rows):
+        return None
+    leaders = {(r["leader_id"], r["term"]) for r in rows}
+    leader_id, term = next(iter(leaders))
+    if len(leaders) != 1 or leader_id is None:
+        return None
+    return leader_id, term
+
+
+def _signal(process: asyncio.subprocess.Process, signum: int) -> None:
+    try:
+        process.send_signal(signum)
+    except ProcessLookupError:
+        pass  # it exited between the check and the signal
+
+
+async def cluster_up(count: int, data_dir: str, base_port: int, group: str = "default") -> int:
+    return await Launcher(plan_nodes(count, data_dir, base_port), group).run()

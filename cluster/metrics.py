@@ -1,0 +1,166 @@
+"""Prometheus metrics of one node.
+
+Two sources: events the server reports through the ServerObserver hook
+(elections, appends and their latency) become counters and a histogram, and
+the state the server already keeps (term, role, indexes, per-peer
+watermarks) is read from `server.status()` at scrape time by a Collector, so
+that nothing on the hot path updates a gauge.
+
+Each node gets its own CollectorRegistry rather than the process-global one,
+so that tests can run several nodes in one process.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from dledger.status import NodeStatus
+
+log = logging.getLogger(__name__)
+
+ROLES = ("LEADER", "FOLLOWER", "CANDIDATE")
+# From a quarter of a millisecond (a batched append on an idle loopback
+# cluster) to the seconds of a failover.
+APPEND_LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                          0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# A scrape that cannot get the loop's attention within this long gives up on
+# the state gauges rather than hanging the scraper.
+STATUS_READ_TIMEOUT_S = 1.0
+
+
+class MetricsObserver:
+    """The ServerObserver that counts events; cheap and never raises."""
+
+    def __init__(self, registry: CollectorRegistry, group: str, self_id: str) -> None:
+        labels = ("group", "self_id")
+        self.elections = Counter(
+            "dledger_elections", "Elections this node started as a candidate",
+            labels, registry=registry).labels(group, self_id)
+        self.appended_entries = Counter(
+            "dledger_appended_entries", "Entries appended by clients and committed on this leader",
+            labels, registry=registry).labels(group, self_id)
+        self.append_latency = Histogram(
+            "dledger_append_latency_seconds", "Time from an append's arrival to its commit",
+            labels, registry=registry, buckets=APPEND_LATENCY_BUCKETS).labels(group, self_id)
+
+    def on_append(self, latency_s: float, entries: int) -> None:
+        self.append_latency.observe(latency_s)
+        self.appended_entries.inc(entries)
+
+    def on_election(self, term: int) -> None:
+        self.elections.inc()
+
+    def on_role_change(self, role: str, term: int) -> None:
+        # The role gauge is read from status() at scrape time; nothing to count.
+        pass
+
+
+class StatusCollector(Collector):
+    """Gauges read from `status()` at scrape time."""
+
+    def __init__(self, status: Callable[[], NodeStatus], group: str, self_id: str,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._status = status
+        self._labels = [group, self_id]
+        # The server's state belongs to its event loop; the HTTP server scrapes
+        # from its own thread, so the read is handed to the loop.
+        self._loop = loop
+
+    def describe(self) -> Iterable[Metric]:
+        # Lets register() check names without calling status() before the
+        # server has started.
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            status = self._read_status()
+        except Exception as error:  # a scrape must not break on a starting or stopping node
+            log.warning("metrics: cannot read node status: %s", error)
+            return []
+        return self._families(status)
+
+    def _read_status(self) -> NodeStatus:
+        loop = self._loop
+        if loop is None or not loop.is_running() or _in_loop_thread(loop):
+            return self._status()
+
+        async def read() -> NodeStatus:
+            return self._status()
+
+        return asyncio.run_coroutine_threadsafe(read(), loop).result(STATUS_READ_TIMEOUT_S)
+
+    def _families(self, status: NodeStatus | None = None) -> list[Metric]:
+        labels = ["group", "self_id"]
+        simple = {
+            "dledger_term": ("Current term", lambda s: s.term),
+            "dledger_ledger_begin_index": ("First index held in the log", lambda s: s.ledger_begin_index),
+            "dledger_ledger_end_index": ("Last index held in the log", lambda s: s.ledger_end_index),
+            "dledger_committed_index": ("Highest committed index known", lambda s: s.committed_index),
+            "dledger_flushed_index": ("Highest index on this node's disk", lambda s: s.flushed_index),
+            "dledger_pending_appends": ("Client appends waiting for a quorum", lambda s: s.pending_appends),
+        }
+        families: list[Metric] = []
+        for name, (help_text, read) in simple.items():
+            family = GaugeMetricFamily(name, help_text, labels=labels)
+            if status is not None:
+                family.add_metric(self._labels, read(status))
+            families.append(family)
+        role = GaugeMetricFamily("dledger_role", "1 for the node's current role, 0 for the others",
+                                 labels=labels + ["role"])
+        watermark = GaugeMetricFamily("dledger_peer_watermark",
+                                      "Leader only: highest index each peer has on disk",
+                                      labels=labels + ["peer"])
+        lag = GaugeMetricFamily("dledger_peer_lag", "Leader only: entries each peer is behind",
+                                labels=labels + ["peer"])
+        if status is not None:
+            for name in ROLES:
+                role.add_metric(self._labels + [name], 1 if status.role == name else 0)
+            for peer in status.peers:
+                watermark.add_metric(self._labels + [peer.id], peer.watermark)
+                lag.add_metric(self._labels + [peer.id], peer.lag)
+        return families + [role, watermark, lag]
+
+
+def _in_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+class NodeMetrics:
+    """One node's registry, observer and (optionally) HTTP endpoint.
+
+    The observer must exist before the server (it is a constructor argument)
+    and the collector needs the server, hence `bind` after construction.
+    """
+
+    def __init__(self, group: str, self_id: str) -> None:
+        self.group = group
+        self.self_id = self_id
+        self.registry = CollectorRegistry()
+        self.observer = MetricsObserver(self.registry, group, self_id)
+        self._http: tuple[object, threading.Thread] | None = None
+
+    def bind(self, status: Callable[[], NodeStatus],
+             loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.registry.register(StatusCollector(status, self.group, self.self_id, loop))
+
+    def serve(self, address: str) -> None:
+        """Serve /metrics on `address` (host:port) from a daemon thread."""
+        host, _, port = address.rpartition(":")
+        self._http = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+
+    def close(self) -> None:
+        if self._http is not None:
+            server, thread = self._http
+            server.shutdown()  # type: ignore[attr-defined]
+            server.server_close()  # type: ignore[attr-defined]
+            thread.join(timeout=2.0)
+            self._http = None

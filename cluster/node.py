@@ -1,0 +1,167 @@
+"""Run one DLedger node: the server, its gRPC endpoint, health and metrics.
+
+This is the only place that opens a node's ports. Start-up order: the
+server recovers its log and starts its tasks, then the gRPC port opens, then
+health says SERVING. Shut-down runs the other way: NOT_SERVING (so that load
+balancers and `grpc_health_probe` stop sending), gRPC stops with a grace
+period for calls in flight, the server stops its tasks, the peer transport
+closes.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from cluster.metrics import NodeMetrics
+from dledger.config import DLedgerConfig
+from rpcgen import dledger_pb2 as pb
+from rpcgen import dledger_pb2_grpc
+
+log = logging.getLogger("dledger.node")
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["DLedgerService"].full_name  # dledger.v1.DLedgerService
+HEALTH_SERVICES = ("", SERVICE_NAME)
+# Large enough for a client batch append (many entries up to max_entry_size).
+MAX_MESSAGE_BYTES = 256 << 20
+GRPC_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # gRPC sets SO_REUSEPORT by default: a second node started on the same
+    # port would then share it silently instead of failing to start.
+    ("grpc.so_reuseport", 0),
+]
+# Calls in flight (appends waiting for a quorum) get this long to finish.
+SHUTDOWN_GRACE_S = 2.0
+
+
+class NodeStartError(RuntimeError):
+    """The node could not start (port in use, unreadable log, ...)."""
+
+
+def configure_logging(node_id: str, level: str = "INFO") -> None:
+    """One line per event on stderr, the node id in every line, so that the
+    interleaved output of a local cluster stays readable."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(
+        f"%(asctime)s %(levelname)s [{node_id}] %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+@dataclass
+class Node:
+    config: DLedgerConfig
+    grace_s: float = SHUTDOWN_GRACE_S
+
+    def __post_init__(self) -> None:
+        self.server = None
+        self.transport = None
+        self.grpc_server: grpc.aio.Server | None = None
+        self.health = health.aio.HealthServicer()
+        self.metrics = NodeMetrics(self.config.group, self.config.self_id)
+        self._stopped = False
+
+    async def start(self) -> None:
+        # Imported here so that the CLI's client commands do not load the server.
+        from dledger.rpc.peer_client import GrpcTransport
+        from dledger.rpc.service import DLedgerServicer
+        from dledger.server import DLedgerServer
+
+        config = self.config
+        self.transport = GrpcTransport(config)
+        self.server = DLedgerServer(config, self.transport, observer=self.metrics.observer)
+        await self.server.start()
+        self.metrics.bind(self.server.status, asyncio.get_running_loop())
+        self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS)
+        servicer = DLedgerServicer(self.server, os.getpid(), config.metrics_address)
+        dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, self.grpc_server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
+        self._bind(config.self_peer.address)
+        await self.grpc_server.start()
+        if config.metrics_address:
+            self._serve_metrics(config.metrics_address)
+        for service in HEALTH_SERVICES:
+            await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        log.info("node started: group=%s address=%s peers=%s metrics=%s data_dir=%s flush=%s pid=%d",
+                 config.group, config.self_peer.address,
+                 ",".join(f"{p.id}={p.address}" for p in config.peers),
+                 config.metrics_address or "-", config.data_dir, config.flush_mode.value, os.getpid())
+
+    def _bind(self, address: str) -> None:
+        assert self.grpc_server is not None
+        try:
+            port = self.grpc_server.add_insecure_port(address)
+        except RuntimeError as error:
+            raise NodeStartError(f"cannot listen on {address}: {error}") from None
+        if port == 0:
+            raise NodeStartError(f"cannot listen on {address} (port in use?)")
+
+    def _serve_metrics(self, address: str) -> None:
+        try:
+            self.metrics.serve(address)
+        except OSError as error:
+            raise NodeStartError(f"cannot serve metrics on {address}: {error.strerror}") from None
+
+    async def stop(self) -> None:
+        """Idempotent; stops whatever start() got to."""
+        if self._stopped:
+            return
+        self._stopped = True
+        log.info("node stopping")
+        await self.health.enter_graceful_shutdown()
+        if self.grpc_server is not None:
+            await self.grpc_server.stop(self.grace_s)
+        if self.server is not None:
+            await self.server.shutdown()
+        if self.transport is not None:
+            await self.transport.close()
+        await asyncio.to_thread(self.metrics.close)
+        log.info("node stopped")
+
+
+async def run_node(config: DLedgerConfig, exit_with_parent: int | None = None) -> int:
+    """Run until SIGTERM/SIGINT (or the parent `exit_with_parent` is gone);
+    returns the process exit code."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, _on_signal, signum, stop)
+    node = Node(config)
+    watcher = asyncio.create_task(_watch_parent(exit_with_parent, stop)) if exit_with_parent else None
+    try:
+        await node.start()
+        await stop.wait()
+        return 0
+    except NodeStartError as error:
+        log.error("%s", error)
+        return 1
+    except Exception:  # the process is about to exit: say why, once
+        log.exception("node failed")
+        return 1
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+        await node.stop()
+
+
+def _on_signal(signum: int, stop: asyncio.Event) -> None:
+    log.info("received %s", signal.Signals(signum).name)
+    stop.set()
+
+
+async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    """A node started by `dledger cluster up` must not outlive the launcher
+    when the launcher itself is killed (SIGKILL gives it no chance to clean
+    up): the node stops once it has been re-parented."""
+    while os.getppid() == parent_pid:
+        await asyncio.sleep(1.0)
+    log.warning("launcher (pid %d) is gone; stopping", parent_pid)
+    stop.set()

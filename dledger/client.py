@@ -1,0 +1,475 @@
+"""DLedgerClient: the asyncio client library behind the CLI, the benchmarks and
+other packages.
+
+It keeps one gRPC channel per server, finds the leader with Metadata, caches
+it, follows NOT_LEADER answers, and retries across a leader change with
+tenacity: short jittered waits (20 ms growing to 200 ms) bounded by one overall
+deadline per call (10 s by default), trying every server it knows.
+
+Appends are NOT idempotent yet (that comes with request ids in a later issue):
+an append whose answer was lost — a timeout, TERM_CHANGED, a connection that
+broke after the request left — may or may not have been committed, and
+retrying it could store the entry twice. So an append is retried only where
+the entry was surely not appended (NOT_LEADER, LEADER_TRANSFERRING,
+LEADER_PENDING_FULL) and on UNAVAILABLE, which is nearly always "connection
+refused" to a dead node; the rare UNAVAILABLE after the request left is the
+one place a duplicate can still slip in. WAIT_QUORUM_ACK_TIMEOUT,
+TERM_CHANGED and DEADLINE_EXCEEDED are raised to the caller, who knows
+whether a duplicate matters.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
+
+import grpc
+from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception,
+                      stop_after_delay, wait_exponential_jitter)
+
+from dledger.errors import DLedgerError, ResponseCode
+from rpcgen import dledger_pb2 as pb
+from rpcgen import dledger_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+# A client batch may carry many entries close to the 4 MiB entry limit.
+MAX_MESSAGE_BYTES = 256 << 20
+
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # gRPC's default reconnect backoff grows to 120 s: a node restarted after
+    # a crash would stay unreachable to us long after it is back.
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+# The leader moved, is moving or is not there yet: asking again (elsewhere)
+# will work, and the request was surely not applied.
+LEADER_MOVED = frozenset({
+    ResponseCode.NOT_LEADER,
+    ResponseCode.LEADER_TRANSFERRING,
+    ResponseCode.LEADER_NOT_READY,
+    ResponseCode.TERM_NOT_READY,
+})
+# The request may or may not have been applied.
+OUTCOME_UNKNOWN = frozenset({
+    ResponseCode.TERM_CHANGED,
+    ResponseCode.WAIT_QUORUM_ACK_TIMEOUT,
+    ResponseCode.TIMEOUT,
+})
+# Retries for requests that change nothing (metadata, get, read).
+READ_RETRY = LEADER_MOVED | OUTCOME_UNKNOWN | {ResponseCode.NETWORK_ERROR}
+# Retries for appends: only where a retry cannot duplicate (see module doc).
+APPEND_RETRY = LEADER_MOVED | {ResponseCode.NETWORK_ERROR, ResponseCode.LEADER_PENDING_FULL}
+
+R = TypeVar("R")
+Stub = dledger_pb2_grpc.DLedgerServiceStub
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    first_index: int
+    last_index: int
+    positions: list[int]
+
+
+def parse_servers(text: str | Iterable[str]) -> list[str]:
+    """`host:port,host:port` (or an iterable of them) -> a de-duplicated list."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    servers: list[str] = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"server {item!r}: expected HOST:PORT")
+        if item not in servers:
+            servers.append(item)
+    if not servers:
+        raise ValueError("no servers given")
+    return servers
+
+
+def rpc_error(error: grpc.aio.AioRpcError, address: str) -> DLedgerError:
+    """Translate a transport failure into the one error vocabulary."""
+    code = error.code()
+    detail = error.details() or code.name
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return DLedgerError(ResponseCode.NETWORK_ERROR, f"{address} unavailable: {detail}")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DLedgerError(ResponseCode.TIMEOUT, f"{address} did not answer in time")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{address}: {detail}")
+    return DLedgerError(ResponseCode.INTERNAL_ERROR, f"{address}: {code.name}: {detail}")
+
+
+def header_error(header: pb.Header, address: str) -> DLedgerError | None:
+    """A DLedgerError for a non-200 response header, or None on success."""
+    if header.code == ResponseCode.SUCCESS:
+        return None
+    code = ResponseCode.of(header.code)
+    message = header.message or code.name
+    if code == ResponseCode.UNKNOWN:
+        message = f"code {header.code}: {message}"
+    return DLedgerError(code, f"{address}: {message}", leader_id=header.leader_id,
+                        leader_address=header.leader_address)
+
+
+def node_status_row(address: str, metadata: pb.MetadataResponse | None,
+                    known_id: str | None = None) -> dict[str, Any]:
+    """One node of `dledger status --json`; an unreachable node keeps only its
+    address (and its id when a peer list told us) with role "unreachable"."""
+    if metadata is None:
+        return {
+            "id": known_id, "address": address, "pid": None, "role": "unreachable",
+            "term": None, "leader_id": None, "ledger_begin_index": None,
+            "ledger_end_index": None, "committed_index": None, "metrics_address": None,
+        }
+    return {
+        "id": metadata.self_id,
+        "address": address,
+        "pid": metadata.pid or None,
+        "role": metadata.role,
+        "term": metadata.term,
+        "leader_id": metadata.leader_id or None,
+        "ledger_begin_index": metadata.ledger_begin_index,
+        "ledger_end_index": metadata.ledger_end_index,
+        "committed_index": metadata.committed_index,
+        "metrics_address": metadata.metrics_address or None,
+    }
+
+
+@dataclass
+class _ReadCursor:
+    """Where a range read stands, so that a broken stream resumes after the
+    last entry delivered (committed entries never change, so this is safe)."""
+    next_index: int
+    end_index: int
+    call: Any = None
+
+
+class DLedgerClient:
+    def __init__(self, servers: str | Iterable[str], group: str = "default", *,
+                 deadline_s: float = 10.0, probe_timeout_s: float = 1.0,
+                 append_timeout_s: float = 5.0, call_timeout_s: float = 3.0) -> None:
+        self.servers = parse_servers(servers)
+        self.group = group
+        self.deadline_s = deadline_s
+        self.probe_timeout_s = probe_timeout_s
+        # Longer than the server's max_wait_ack_s (2.5 s), so that a slow
+        # commit is answered by the server's WAIT_QUORUM_ACK_TIMEOUT.
+        self.append_timeout_s = append_timeout_s
+        self.call_timeout_s = call_timeout_s
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, Stub] = {}
+        self._leader_address: str | None = None
+        self._leader_id: str | None = None
+
+    async def __aenter__(self) -> "DLedgerClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        await asyncio.gather(*(c.close() for c in channels), return_exceptions=True)
+
+    # ------------------------------------------------------------ client RPCs
+
+    async def append(self, bodies: list[bytes]) -> AppendResult:
+        """Append `bodies` as consecutive entries; returns once all are committed."""
+        if not bodies:
+            raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "nothing to append")
+        request = pb.AppendRequest(header=self._header(), bodies=bodies)
+
+        async def call(stub: Stub) -> pb.AppendResponse:
+            return await stub.Append(request, timeout=self.append_timeout_s)
+
+        response = await self._on_leader(call, APPEND_RETRY)
+        return AppendResult(response.first_index, response.last_index, list(response.positions))
+
+    async def append_one(self, body: bytes) -> AppendResult:
+        return await self.append([body])
+
+    async def get(self, index: int) -> pb.Entry:
+        request = pb.GetRequest(header=self._header(), index=index)
+
+        async def call(stub: Stub) -> pb.GetResponse:
+            return await stub.Get(request, timeout=self.call_timeout_s)
+
+        return (await self._on_leader(call, READ_RETRY)).entry
+
+    async def read(self, start: int = -1, end: int = -1,
+                   from_id: str | None = None) -> AsyncIterator[pb.Entry]:
+        """Committed entries start..end inclusive (-1: the begin index / the
+        committed index when the read starts), from the leader or, with
+        `from_id`, from that node's own log."""
+        cursor = _ReadCursor(next_index=start, end_index=end)
+        address = await self._address_of(from_id) if from_id else None
+        try:
+            while True:
+                batch = await self._retrying(READ_RETRY)(self._next_batch, cursor, address)
+                if batch is None:
+                    return
+                for entry in batch:
+                    yield entry
+                if batch:
+                    cursor.next_index = batch[-1].index + 1
+        finally:
+            self._cancel(cursor)
+
+    async def metadata(self, server: str) -> pb.MetadataResponse | None:
+        """`server`'s own view, or None when it cannot be reached."""
+        request = pb.MetadataRequest(header=self._header())
+        try:
+            response = await self._stub(server).Metadata(request, timeout=self.probe_timeout_s)
+        except grpc.aio.AioRpcError as error:
+            log.debug("metadata from %s failed: %s", server, rpc_error(error, server))
+            return None
+        failure = header_error(response.header, server)
+        if failure is not None:
+            raise failure
+        return response
+
+    async def cluster_status(self) -> list[dict[str, Any]]:
+        """One row per node: the given servers first, then peers they name."""
+        probed: dict[str, pb.MetadataResponse | None] = {}
+        peer_ids: dict[str, str] = {}
+        pending = list(self.servers)
+        while pending:
+            answers = await asyncio.gather(*(self.metadata(a) for a in pending))
+            probed.update(zip(pending, answers))
+            for answer in answers:
+                for peer in answer.peers if answer else ():
+                    peer_ids.setdefault(peer.address, peer.id)
+            pending = [a for a in peer_ids if a not in probed]
+        reachable_ids = {a.self_id for a in probed.values() if a is not None}
+        rows: list[dict[str, Any]] = []
+        seen_ids: set[str] = set()
+        for address, answer in probed.items():
+            row = node_status_row(address, answer, peer_ids.get(address))
+            # One node may be both given (localhost:P) and named by its peers
+            # (127.0.0.1:P): list it once.
+            if answer is not None:
+                if row["id"] in seen_ids:
+                    continue
+                seen_ids.add(row["id"])
+            elif row["id"] in reachable_ids:
+                continue
+            rows.append(row)
+        return rows
+
+    async def leadership_transfer(self, to_id: str) -> tuple[str, int]:
+        """Hand leadership to `to_id`; returns (leader id, term) once a node
+        reports `to_id` as leader."""
+        request = pb.LeadershipTransferRequest(
+            header=self._header(), transferee_id=to_id, from_leader=False)
+
+        async def call(stub: Stub) -> pb.LeadershipTransferResponse | None:
+            if self._leader_id == to_id:
+                return None  # done already (a retry after the hand-over)
+            return await stub.LeadershipTransfer(request, timeout=self.append_timeout_s)
+
+        await self._on_leader(call, LEADER_MOVED | {ResponseCode.NETWORK_ERROR})
+        return await self._retrying(READ_RETRY)(self._confirm_leader, to_id)
+
+    async def leader(self) -> tuple[str, str]:
+        """(leader id, leader address), discovering it when unknown."""
+        async def find() -> tuple[str, str]:
+            if self._leader_address is None:
+                await self._discover_leader()
+            assert self._leader_address is not None
+            return self._leader_id or "", self._leader_address
+        return await self._retrying(READ_RETRY)(find)
+
+    # ---------------------------------------------------------- leader finding
+
+    async def _on_leader(self, call: Callable[[Stub], Awaitable[R]],
+                         retry_codes: frozenset[ResponseCode] | set[ResponseCode]) -> R:
+        if self._leader_address is not None:
+            # The common case, without building a retry state per call: the
+            # cached leader answers.
+            try:
+                return await self._attempt_on_leader(call)
+            except DLedgerError as failure:
+                if failure.code not in retry_codes:
+                    raise
+        return await self._retrying(retry_codes)(self._attempt_on_leader, call)
+
+    async def _attempt_on_leader(self, call: Callable[[Stub], Awaitable[R]]) -> R:
+        if self._leader_address is None:
+            await self._discover_leader()
+        address = self._leader_address
+        assert address is not None
+        try:
+            response = await call(self._stub(address))
+        except grpc.aio.AioRpcError as error:
+            failure = rpc_error(error, address)
+            if failure.code in (ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT):
+                self._forget_leader(address)
+            raise failure from None
+        if response is not None:
+            self._check(response.header, address)
+        return response
+
+    async def _discover_leader(self) -> None:
+        """Ask every known server; believe the highest term's leader."""
+        answers = await asyncio.gather(*(self.metadata(a) for a in list(self.servers)))
+        best: tuple[int, int, str, str] | None = None  # (term, self-reported, address, id)
+        for address, answer in zip(list(self.servers), answers):
+            if answer is None:
+                continue
+            self._learn(p.address for p in answer.peers)
+            if answer.role == "LEADER":
+                candidate = (answer.term, 1, address, answer.self_id)
+            elif answer.leader_address:
+                candidate = (answer.term, 0, answer.leader_address, answer.leader_id)
+            else:
+                continue
+            if best is None or candidate[:2] > best[:2]:
+                best = candidate
+        if best is None:
+            if all(a is None for a in answers):
+                raise DLedgerError(ResponseCode.NETWORK_ERROR,
+                                   f"no server reachable among {','.join(self.servers)}")
+            raise DLedgerError(ResponseCode.NOT_LEADER, "no leader elected yet")
+        self._set_leader(best[2], best[3])
+
+    async def _address_of(self, node_id: str) -> str:
+        """The address of node `node_id`, from any reachable node's peer list."""
+        async def find() -> str:
+            answers = await asyncio.gather(*(self.metadata(a) for a in list(self.servers)))
+            for address, answer in zip(list(self.servers), answers):
+                if answer is None:
+                    continue
+                if answer.self_id == node_id:
+                    return address
+                for peer in answer.peers:
+                    if peer.id == node_id:
+                        return peer.address
+            if all(a is None for a in answers):
+                raise DLedgerError(ResponseCode.NETWORK_ERROR,
+                                   f"no server reachable among {','.join(self.servers)}")
+            raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"no node {node_id!r} in the group")
+        return await self._retrying({ResponseCode.NETWORK_ERROR})(find)
+
+    async def _confirm_leader(self, node_id: str) -> tuple[str, int]:
+        self._leader_address = None
+        await self._discover_leader()
+        if self._leader_id != node_id:
+            raise DLedgerError(ResponseCode.LEADER_TRANSFERRING,
+                               f"leader is still {self._leader_id}, not {node_id}")
+        answer = await self.metadata(self._leader_address or "")
+        return node_id, answer.term if answer else 0
+
+    def _check(self, header: pb.Header, address: str) -> None:
+        failure = header_error(header, address)
+        if failure is None:
+            return
+        if failure.code == ResponseCode.NOT_LEADER:
+            if failure.leader_address and failure.leader_address != address:
+                self._set_leader(failure.leader_address, failure.leader_id)
+            else:
+                self._forget_leader(address)
+        elif failure.code in OUTCOME_UNKNOWN:
+            self._forget_leader(address)
+        raise failure
+
+    def _set_leader(self, address: str, leader_id: str) -> None:
+        self._learn([address])
+        self._leader_address, self._leader_id = address, leader_id or None
+
+    def _forget_leader(self, address: str) -> None:
+        if self._leader_address == address:
+            self._leader_address, self._leader_id = None, None
+
+    def _learn(self, addresses: Iterable[str]) -> None:
+        for address in addresses:
+            if address and address not in self.servers:
+                self.servers.append(address)
+
+    # --------------------------------------------------------------- reading
+
+    async def _next_batch(self, cursor: _ReadCursor, address: str | None) -> list[pb.Entry] | None:
+        """The next batch of the stream (opening it when needed), or None at its end."""
+        if cursor.end_index >= 0 and cursor.next_index > cursor.end_index:
+            return None
+        if cursor.call is None:
+            if address is None and self._leader_address is None:
+                await self._discover_leader()
+            target = address or self._leader_address or ""
+            request = pb.ReadRequest(header=self._header(), start_index=cursor.next_index,
+                                     end_index=cursor.end_index)
+            cursor.call = (self._stub(target).Read(request), target)
+        call, target = cursor.call
+        try:
+            response = await asyncio.wait_for(call.read(), self.call_timeout_s)
+        except grpc.aio.AioRpcError as error:
+            self._cancel(cursor)
+            failure = rpc_error(error, target)
+            if address is None:
+                self._forget_leader(target)
+            raise failure from None
+        except asyncio.TimeoutError:
+            self._cancel(cursor)
+            raise DLedgerError(ResponseCode.TIMEOUT, f"{target} did not answer in time") from None
+        if response is grpc.aio.EOF:
+            cursor.call = None
+            return None
+        try:
+            self._check(response.header, target)
+        except DLedgerError:
+            self._cancel(cursor)
+            raise
+        if cursor.end_index < 0:
+            # Pin "-1 = committed" to the first answer, so that a resumed
+            # stream ends where the original one would have.
+            cursor.end_index = response.committed_index
+        return list(response.entries)
+
+    @staticmethod
+    def _cancel(cursor: _ReadCursor) -> None:
+        if cursor.call is not None:
+            cursor.call[0].cancel()
+            cursor.call = None
+
+    # ------------------------------------------------------------- plumbing
+
+    def _retrying(self, codes: frozenset[ResponseCode] | set[ResponseCode]) -> AsyncRetrying:
+        backoff = wait_exponential_jitter(multiplier=0.02, max=0.2, jitter=0.02)
+
+        def wait(state: RetryCallState) -> float:
+            # A NOT_LEADER that names the leader: go there at once.
+            failure = state.outcome.exception() if state.outcome else None
+            if isinstance(failure, DLedgerError) and failure.code == ResponseCode.NOT_LEADER \
+                    and failure.leader_address:
+                return 0.0
+            return backoff(state)
+
+        def retryable(error: BaseException) -> bool:
+            return isinstance(error, DLedgerError) and error.code in codes
+
+        return AsyncRetrying(stop=stop_after_delay(self.deadline_s), wait=wait,
+                             retry=retry_if_exception(retryable), reraise=True,
+                             before_sleep=_log_retry)
+
+    def _header(self) -> pb.Header:
+        return pb.Header(group=self.group)
+
+    def _stub(self, address: str) -> Stub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels[address] = channel
+            stub = self._stubs[address] = Stub(channel)
+        return stub
+
+
+def _log_retry(state: RetryCallState) -> None:
+    failure = state.outcome.exception() if state.outcome else None
+    log.debug("retry %d after %s", state.attempt_number, failure)

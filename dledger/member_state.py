@@ -1,0 +1,137 @@
+"""MemberState: role, term, vote and leader of this node — the only place that changes them.
+
+The term and the vote live in `<data_dir>/dledger-<id>/currterm` (Java properties,
+keys currTerm and voteLeader, as in DLedger). They are written and fsynced
+*before* the change becomes visible, so a vote is never granted twice in a term
+even across a crash. The write is done inline on the event loop on purpose: it
+happens only on term changes and votes (a handful per failover), and doing it
+inline makes "persist, then answer" atomic with respect to every other handler.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from enum import Enum
+from typing import Callable
+
+from dledger.clock import Clock
+from dledger.config import DLedgerConfig
+from dledger.store.properties import read_properties, write_properties
+
+log = logging.getLogger(__name__)
+
+
+class Role(str, Enum):
+    CANDIDATE = "CANDIDATE"
+    FOLLOWER = "FOLLOWER"
+    LEADER = "LEADER"
+
+
+RoleListener = Callable[[Role, int], None]
+
+
+class MemberState:
+    def __init__(self, config: DLedgerConfig, clock: Clock) -> None:
+        self.config = config
+        self.self_id = config.self_id
+        self.clock = clock
+        self.role = Role.CANDIDATE  # DLedger starts every node as a candidate
+        self.term = 0
+        self.vote_for = ""
+        self.leader_id = ""
+        self.committed_index = -1
+        # When this node last heard from a leader of its current term.
+        self.last_leader_contact = float("-inf")
+        # Set on the leader while a leadership transfer is under way.
+        self.transferee = ""
+        # Set on a transferee while it takes leadership in this term.
+        self.term_to_take_leadership = -1
+        self._listeners: list[RoleListener] = []
+        self._path = os.path.join(config.data_dir, f"dledger-{config.self_id}", "currterm")
+
+    # ---------------------------------------------------------- persistence
+    def load(self) -> None:
+        os.makedirs(os.path.dirname(self._path), exist_ok=True)
+        if not os.path.exists(self._path):
+            return
+        values = read_properties(self._path)
+        self.term = int(values.get("currTerm", "0") or 0)
+        self.vote_for = values.get("voteLeader", "")
+        log.info("loaded term %d vote %r", self.term, self.vote_for)
+
+    def _persist(self, term: int, vote_for: str) -> None:
+        write_properties(self._path, {"currTerm": str(term), "voteLeader": vote_for})
+        self.term = term
+        self.vote_for = vote_for
+
+    # ------------------------------------------------------------- queries
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    @property
+    def leader_address(self) -> str:
+        return self.config.address_of(self.leader_id) if self.leader_id else ""
+
+    def leader_is_alive(self) -> bool:
+        """True while a leader of this term was heard within the minimum election
+        timeout: votes for others are then refused (leader stickiness)."""
+        if self.role is Role.LEADER:
+            return True
+        if not self.leader_id:
+            return False
+        return self.clock.now() - self.last_leader_contact < self.config.election_timeout_min_s
+
+    def add_listener(self, listener: RoleListener) -> None:
+        self._listeners.append(listener)
+
+    # --------------------------------------------------------- transitions
+    def adopt_term(self, term: int) -> None:
+        """A message carried a higher term: take it, forget the vote, follow nobody yet."""
+        assert term > self.term, (term, self.term)
+        self._persist(term, "")
+        self.leader_id = ""
+        self.transferee = ""
+        # The follower's election timer starts afresh in the new term.
+        self.last_leader_contact = self.clock.now()
+        self._set_role(Role.FOLLOWER)
+
+    def vote(self, candidate_id: str) -> None:
+        self._persist(self.term, candidate_id)
+
+    def start_campaign(self) -> int:
+        """Next term, vote for self (persisted), stay candidate. Returns the new term."""
+        self._persist(self.term + 1, self.self_id)
+        self.leader_id = ""
+        self._set_role(Role.CANDIDATE)
+        return self.term
+
+    def change_to_leader(self, term: int) -> None:
+        assert term == self.term and self.role is Role.CANDIDATE
+        self.leader_id = self.self_id
+        self.transferee = ""
+        self.term_to_take_leadership = -1
+        self._set_role(Role.LEADER)
+
+    def change_to_follower(self, leader_id: str) -> None:
+        self.leader_id = leader_id
+        self.transferee = ""
+        self.last_leader_contact = self.clock.now()
+        self._set_role(Role.FOLLOWER)
+
+    def change_to_candidate(self) -> None:
+        """Lost the leader (or, as leader, the quorum): campaign in due course."""
+        self.leader_id = ""
+        self.transferee = ""
+        self._set_role(Role.CANDIDATE)
+
+    def touch_leader(self) -> None:
+        self.last_leader_contact = self.clock.now()
+
+    def _set_role(self, role: Role) -> None:
+        old = self.role
+        self.role = role
+        if old is not role:
+            log.info("role %s -> %s in term %d (leader %r)", old.value, role.value, self.term, self.leader_id)
+        for listener in self._listeners:
+            listener(role, self.term)

@@ -1,0 +1,358 @@
+"""EntryDispatcher: the leader's replication to one follower.
+
+Per term it walks DLedger's states: COMPARE (find the last index where the
+follower agrees with us, walking back from our ledger end with the follower's
+conflict hints), TRUNCATE (cut the follower's divergent suffix, or reset a
+follower that is behind our first retained entry), then APPEND: batches of
+encoded entries, several in flight at once, up to `max_pending_entries_per_peer`.
+The pending map remembers each in-flight push with its send time; if the oldest
+goes unanswered for `push_timeout_s` we resend from the follower's acknowledged
+index. When there is nothing to send, a COMMIT push carries the commit index.
+A follower more than `peer_push_throttle_lag` entries behind gets at most
+`peer_push_quota_bytes_per_s`, so a catching-up follower cannot starve the others.
+
+The decisions (`next_compare_index`, `Quota`) are plain code; the task only
+waits, sends and records answers.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+from dledger.clock import Clock
+from dledger.config import DLedgerConfig
+from dledger.errors import DLedgerError, ResponseCode
+from dledger.member_state import MemberState
+from dledger.pusher.quorum import QuorumAckChecker
+from dledger.store.file_store import DLedgerFileStore
+from dledger.transport import Transport, TransportError
+from rpcgen import dledger_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+# Commit-only pushes follow a moving commit index at most this often; data
+# pushes carry it anyway, and the heartbeat carries it every interval.
+COMMIT_PUSH_MIN_GAP_S = 0.05
+
+
+class DispatchState(str, Enum):
+    COMPARE = "COMPARE"
+    TRUNCATE = "TRUNCATE"
+    APPEND = "APPEND"
+
+
+def next_compare_index(compare_index: int, response: pb.PushEntryResponse) -> int:
+    """Where to compare next after the follower disagreed at `compare_index`."""
+    if response.ledger_end_index < compare_index:
+        return response.ledger_end_index                 # the follower's log is shorter
+    if response.conflict_term >= 0 and response.conflict_index >= 0:
+        # The follower's entries from conflict_index on all have a term we do
+        # not have there: skip the whole run at once (fast backup).
+        return min(compare_index - 1, response.conflict_index - 1)
+    return compare_index - 1
+
+
+@dataclass
+class _InFlight:
+    first_index: int
+    last_index: int
+    sent_at: float
+
+
+class Quota:
+    """A byte budget per second (DLedger's Quota, one window)."""
+
+    def __init__(self, bytes_per_s: int) -> None:
+        self.bytes_per_s = bytes_per_s
+        self.window_start = 0.0
+        self.used = 0
+
+    def wait_time(self, now: float) -> float:
+        """0 if sending now is allowed, else seconds until the next window."""
+        if now - self.window_start >= 1.0:
+            self.window_start, self.used = now, 0
+        return 0.0 if self.used < self.bytes_per_s else self.window_start + 1.0 - now
+
+    def spend(self, nbytes: int) -> None:
+        self.used += nbytes
+
+
+class EntryDispatcher:
+    def __init__(self, peer_id: str, config: DLedgerConfig, store: DLedgerFileStore,
+                 member_state: MemberState, transport: Transport, quorum: QuorumAckChecker,
+                 clock: Clock, on_ack: Callable[[], None]) -> None:
+        self.peer_id = peer_id
+        self.config = config
+        self.store = store
+        self.member_state = member_state
+        self.transport = transport
+        self.quorum = quorum
+        self.clock = clock
+        self.on_ack = on_ack
+        self.wakeup = asyncio.Event()
+        self.quota = Quota(config.peer_push_quota_bytes_per_s)
+        self.term = -1
+        self.state = DispatchState.COMPARE
+        self._reset_progress()
+
+    def _reset_progress(self) -> None:
+        self.compare_index: int | None = None
+        self.match_index = -1
+        self.peer_end_index = -1
+        self.write_index = 0
+        self.acked_index = -1          # highest index the follower confirmed holding
+        self.in_flight: dict[int, _InFlight] = {}
+        self.in_flight_entries = 0
+        self.generation = 0            # bumps make answers to abandoned pushes stale
+        self.last_push_at = float("-inf")
+        self.last_sent_commit = -1
+        self.backoff_until = 0.0
+
+    # ----------------------------------------------------------------- loop
+    async def run(self) -> None:
+        while True:
+            try:
+                ms = self.member_state
+                if not ms.is_leader:
+                    await self._sleep_until_woken(None)
+                    continue
+                if self.term != ms.term:
+                    self.term = ms.term
+                    self.state = DispatchState.COMPARE
+                    self._reset_progress()
+                wait = self.backoff_until - self.clock.now()
+                if wait > 0:
+                    await self._sleep_until_woken(wait)
+                    continue
+                if self.state is DispatchState.COMPARE:
+                    await self._compare()
+                elif self.state is DispatchState.TRUNCATE:
+                    await self._truncate()
+                else:
+                    await self._append_step()
+            except asyncio.CancelledError:
+                raise
+            except TransportError as e:
+                self._back_off(f"unreachable: {e}")
+            except DLedgerError as e:
+                self._back_off(f"{e.code.name}: {e.message}")
+
+    def _back_off(self, why: str) -> None:
+        if self.clock.now() >= self.backoff_until + 1.0:  # log once per outage, not per retry
+            log.warning("push to %s failed (%s); back to COMPARE", self.peer_id, why)
+        self.backoff_until = self.clock.now() + min(0.1, self.config.push_timeout_s)
+        self.state = DispatchState.COMPARE
+        self._reset_progress_keep_backoff()
+
+    def _reset_progress_keep_backoff(self) -> None:
+        until = self.backoff_until
+        generation = self.generation
+        self._reset_progress()
+        self.generation = generation + 1
+        self.backoff_until = until
+
+    async def _sleep_until_woken(self, timeout: float | None) -> None:
+        try:
+            await asyncio.wait_for(self.wakeup.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        self.wakeup.clear()
+
+    def _request(self, kind: int, index: int, **fields: object) -> pb.PushEntryRequest:
+        ms = self.member_state
+        header = pb.Header(group=self.config.group, remote_id=self.peer_id, local_id=self.config.self_id,
+                           leader_id=ms.self_id, term=self.term)
+        return pb.PushEntryRequest(header=header, type=kind, index=index,
+                                   committed_index=ms.committed_index, **fields)
+
+    async def _push(self, request: pb.PushEntryRequest) -> pb.PushEntryResponse | None:
+        """Send and check the answer's term; None when we are no longer leader of this term."""
+        response = await self.transport.push(self.peer_id, request, self.config.push_timeout_s)
+        if response.header.term > self.member_state.term:
+            self._step_down(response.header.term)
+            return None
+        if not self.member_state.is_leader or self.member_state.term != self.term:
+            return None
+        return response
+
+    def _step_down(self, term: int) -> None:
+        log.info("follower %s has term %d > %d: stepping down", self.peer_id, term, self.member_state.term)
+        self.member_state.adopt_term(term)
+
+    # -------------------------------------------------------------- COMPARE
+    async def _compare(self) -> None:
+        store = self.store
+        if self.compare_index is None:
+            self.compare_index = store.ledger_end_index
+        index = self.compare_index
+        if index < store.ledger_begin_index - 1:
+            self.state = DispatchState.TRUNCATE   # with reset: the follower is behind our begin
+            self.match_index = store.ledger_begin_index - 1
+            self.peer_end_index = -2
+            return
+        response = await self._push(self._request(pb.COMPARE, index, index_term=store.term_at(index)))
+        if response is None:
+            return
+        code = response.header.code
+        if code == ResponseCode.SUCCESS:
+            self.match_index = index
+            self.peer_end_index = response.ledger_end_index
+            self.state = (DispatchState.TRUNCATE if response.ledger_end_index > index
+                          else DispatchState.APPEND)
+            if self.state is DispatchState.APPEND:
+                self._start_append()
+            log.info("follower %s matches at %d (its end %d)", self.peer_id, index, response.ledger_end_index)
+        elif code == ResponseCode.INCONSISTENT_STATE:
+            if response.ledger_begin_index - 1 > index:
+                self.compare_index = store.ledger_begin_index - 2  # forces a reset
+            else:
+                self.compare_index = next_compare_index(index, response)
+        else:
+            raise DLedgerError(ResponseCode.of(code), f"COMPARE at {index}: {response.header.message}")
+
+    # ------------------------------------------------------------- TRUNCATE
+    async def _truncate(self) -> None:
+        store, index = self.store, self.match_index
+        reset = self.peer_end_index == -2
+        fields: dict[str, object] = {"index_term": store.term_at(index)}
+        if reset:
+            fields.update(reset=True, reset_pos=store.position_of(index + 1),
+                          reset_chain_crc=store.chain_crc_at(index))
+            log.warning("follower %s is behind our begin index %d: resetting its log", self.peer_id, index + 1)
+        response = await self._push(self._request(pb.TRUNCATE, index, **fields))
+        if response is None:
+            return
+        if response.header.code != ResponseCode.SUCCESS:
+            self.compare_index = None
+            self.state = DispatchState.COMPARE
+            raise DLedgerError(ResponseCode.of(response.header.code),
+                               f"TRUNCATE at {index}: {response.header.message}")
+        self.state = DispatchState.APPEND
+        self._start_append()
+
+    def _start_append(self) -> None:
+        self.write_index = self.match_index + 1
+        self.acked_index = self.match_index
+        self.quorum.update_watermark(self.term, self.peer_id, self.match_index)
+        self.on_ack()
+
+    # --------------------------------------------------------------- APPEND
+    async def _append_step(self) -> None:
+        now = self.clock.now()
+        self._check_push_timeout(now)
+        sent = self._send_batches(now)
+        if not sent and not self.in_flight:
+            self._maybe_push_commit(now)
+        await self._sleep_until_woken(self._next_wakeup(now))
+
+    def _check_push_timeout(self, now: float) -> None:
+        if not self.in_flight:
+            return
+        oldest = self.in_flight[min(self.in_flight)]
+        if now - oldest.sent_at < self.config.push_timeout_s:
+            return
+        log.warning("push to %s at %d unanswered for %.2fs; resending from %d",
+                    self.peer_id, oldest.first_index, now - oldest.sent_at, self.acked_index + 1)
+        self.write_index = self.acked_index + 1
+        self.in_flight.clear()
+        self.in_flight_entries = 0
+        self.generation += 1
+
+    def _send_batches(self, now: float) -> bool:
+        store, config = self.store, self.config
+        sent = False
+        while (self.in_flight_entries < config.max_pending_entries_per_peer
+               and self.write_index <= store.ledger_end_index):
+            lagging = store.ledger_end_index - self.acked_index > config.peer_push_throttle_lag
+            if lagging and self.quota.wait_time(now) > 0:
+                break
+            data, count = store.read_raw(self.write_index, config.max_push_batch_bytes,
+                                         config.max_push_batch_entries)
+            if count == 0:
+                break
+            if lagging:
+                self.quota.spend(len(data))
+            first = self.write_index
+            request = self._request(pb.APPEND, first, entries=data, entry_count=count)
+            self.in_flight[first] = _InFlight(first, first + count - 1, now)
+            self.in_flight_entries += count
+            self.write_index += count
+            self.last_push_at = now
+            self.last_sent_commit = request.committed_index
+            asyncio.get_running_loop().create_task(self._send_append(request, self.generation))
+            sent = True
+        return sent
+
+    async def _send_append(self, request: pb.PushEntryRequest, generation: int) -> None:
+        try:
+            response = await self._push(request)
+        except TransportError:
+            # Leave it in flight: the push timeout resends; a dead peer is probed by COMPARE.
+            if generation == self.generation and self.member_state.is_leader:
+                self._back_off("unreachable")
+                self.wakeup.set()
+            return
+        except DLedgerError:
+            return
+        if response is None or generation != self.generation:
+            return
+        self._on_append_response(request, response)
+        self.wakeup.set()
+
+    def _on_append_response(self, request: pb.PushEntryRequest, response: pb.PushEntryResponse) -> None:
+        flight = self.in_flight.pop(request.index, None)
+        if flight is not None:
+            self.in_flight_entries -= flight.last_index - flight.first_index + 1
+        code = response.header.code
+        if code == ResponseCode.SUCCESS:
+            last = request.index + request.entry_count - 1
+            self.acked_index = max(self.acked_index, last)
+            # flushed_index lies inside the follower's prefix verified against us.
+            if self.quorum.update_watermark(self.term, self.peer_id, response.flushed_index):
+                self.on_ack()
+        elif code == ResponseCode.REPEATED_PUSH:
+            pass  # the follower holds the first copy; its answer or the push timeout settles it
+        elif code == ResponseCode.INCONSISTENT_STATE:
+            log.info("follower %s: %s; back to COMPARE", self.peer_id, response.header.message)
+            self.state = DispatchState.COMPARE
+            gen = self.generation
+            self._reset_progress()
+            self.generation = gen + 1
+        else:
+            log.warning("push to %s at %d answered %s: %s", self.peer_id, request.index,
+                        ResponseCode.of(code).name, response.header.message)
+
+    def _commit_push_due(self, now: float) -> float:
+        """Seconds until a COMMIT push is due: soon after the commit index moved
+        (so follower reads see it), else once per commit_push_interval_s."""
+        since = now - self.last_push_at
+        if self.member_state.committed_index != self.last_sent_commit:
+            return max(0.0, COMMIT_PUSH_MIN_GAP_S - since)
+        return max(0.0, self.config.commit_push_interval_s - since)
+
+    def _maybe_push_commit(self, now: float) -> None:
+        if self._commit_push_due(now) > 0:
+            return
+        committed = self.member_state.committed_index
+        self.last_push_at = now
+        self.last_sent_commit = committed
+        request = self._request(pb.COMMIT, committed)
+        asyncio.get_running_loop().create_task(self._send_commit(request))
+
+    async def _send_commit(self, request: pb.PushEntryRequest) -> None:
+        try:
+            await self._push(request)
+        except (TransportError, DLedgerError):
+            pass  # the next push carries the commit index again
+
+    def _next_wakeup(self, now: float) -> float:
+        timeouts = [self._commit_push_due(now) or self.config.commit_push_interval_s]
+        if self.in_flight:
+            oldest = self.in_flight[min(self.in_flight)]
+            timeouts.append(max(0.0, oldest.sent_at + self.config.push_timeout_s - now))
+        if self.write_index <= self.store.ledger_end_index:
+            timeouts.append(max(0.001, self.quota.window_start + 1.0 - now))
+        return min(timeouts)

@@ -1,0 +1,65 @@
+"""The gRPC servicer: translation only. Every method answers through
+dledger.rpc.edge.answer, so errors become response codes in one place."""
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+import grpc
+
+from dledger.errors import DLedgerError
+from dledger.rpc.edge import REJECTS, answer, fill_header
+from dledger.server import DLedgerServer
+from rpcgen import dledger_pb2 as pb
+from rpcgen import dledger_pb2_grpc
+
+
+class DLedgerServicer(dledger_pb2_grpc.DLedgerServiceServicer):
+    def __init__(self, server: DLedgerServer, pid: int, metrics_address: str) -> None:
+        self.server = server
+        self.pid = pid
+        self.metrics_address = metrics_address
+
+    @property
+    def _ms(self):  # noqa: ANN202 - MemberState
+        return self.server.member_state
+
+    async def Vote(self, request: pb.VoteRequest, context: grpc.aio.ServicerContext) -> pb.VoteResponse:
+        return await answer("Vote", self._ms, request, pb.VoteResponse,
+                            lambda: self.server.handle_vote(request))
+
+    async def HeartBeat(self, request: pb.HeartBeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartBeatResponse:
+        return await answer("HeartBeat", self._ms, request, pb.HeartBeatResponse,
+                            lambda: self.server.handle_heartbeat(request))
+
+    async def Push(self, request: pb.PushEntryRequest, context: grpc.aio.ServicerContext) -> pb.PushEntryResponse:
+        return await answer("Push", self._ms, request, pb.PushEntryResponse,
+                            lambda: self.server.handle_push(request))
+
+    async def LeadershipTransfer(self, request: pb.LeadershipTransferRequest,
+                                 context: grpc.aio.ServicerContext) -> pb.LeadershipTransferResponse:
+        return await answer("LeadershipTransfer", self._ms, request, pb.LeadershipTransferResponse,
+                            lambda: self.server.handle_leadership_transfer(request))
+
+    async def Append(self, request: pb.AppendRequest, context: grpc.aio.ServicerContext) -> pb.AppendResponse:
+        return await answer("Append", self._ms, request, pb.AppendResponse,
+                            lambda: self.server.handle_append(request))
+
+    async def Get(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.GetResponse:
+        return await answer("Get", self._ms, request, pb.GetResponse, lambda: self.server.handle_get(request))
+
+    async def Metadata(self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext) -> pb.MetadataResponse:
+        return await answer("Metadata", self._ms, request, pb.MetadataResponse,
+                            lambda: self.server.handle_metadata(request, self.pid, self.metrics_address))
+
+    async def Read(self, request: pb.ReadRequest,
+                   context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ReadResponse]:
+        requester = request.header.local_id
+        try:
+            batches = await self.server.handle_read(request)
+        except DLedgerError as e:
+            REJECTS.note("Read", e)
+            yield fill_header(pb.ReadResponse(), self._ms, requester, e.code, e.message, e.leader_id,
+                              e.leader_address)
+            return
+        async for batch in batches:
+            yield fill_header(batch, self._ms, requester, 200, "")

@@ -1,0 +1,300 @@
+"""DLedgerServer: builds one node's parts and starts and stops them.
+
+Parts: the file store, MemberState, the election loop, the entry pusher, and
+the housekeeping tasks (checkpoint, retention, disk check). Every request
+handler here validates its input and raises DLedgerError; dledger/rpc turns
+that into a response in one place.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import AsyncIterator
+
+from dledger.clock import Clock, MonotonicClock
+from dledger.config import DLedgerConfig
+from dledger.elector import DLedgerLeaderElector
+from dledger.entry import DLedgerEntry
+from dledger.errors import DLedgerError, ResponseCode
+from dledger.member_state import MemberState, Role
+from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
+from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
+from dledger.store.file_store import DLedgerFileStore
+from dledger.transport import Transport
+from rpcgen import dledger_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+# A Read stream sends batches of about this many bytes unless asked otherwise.
+DEFAULT_READ_BATCH_BYTES = 1 << 20
+
+
+class DLedgerServer:
+    def __init__(self, config: DLedgerConfig, transport: Transport, observer: ServerObserver | None = None,
+                 clock: Clock | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.transport = transport
+        self.observer: ServerObserver = observer or NullObserver()
+        self.clock = clock or MonotonicClock()
+        self.store = DLedgerFileStore(config)
+        self.member_state = MemberState(config, self.clock)
+        self._commit_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self.pusher: DLedgerEntryPusher | None = None
+        self.elector: DLedgerLeaderElector | None = None
+        self.started = False
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self.member_state.load()
+        self.store.open()
+        self.member_state.committed_index = self.store.committed_index
+        self.pusher = DLedgerEntryPusher(self.config, self.store, self.member_state, self.transport,
+                                         self.clock, self._on_commit)
+        self.elector = DLedgerLeaderElector(self.config, self.member_state, self.store, self.transport,
+                                            self.clock, self.observer, self._peer_watermark,
+                                            self.pusher.handler.advance_commit)
+        self.pusher.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self.elector.run(), name="DLedgerLeaderElector"),
+                       loop.create_task(self._checkpointer(), name="Checkpointer"),
+                       loop.create_task(self._retention(), name="CleanSpaceService")]
+        self.started = True
+        log.info("node %s started: term %d, ledger [%d, %d], committed %d", self.config.self_id,
+                 self.member_state.term, self.store.ledger_begin_index, self.store.ledger_end_index,
+                 self.member_state.committed_index)
+
+    async def shutdown(self) -> None:
+        if not self.started:
+            return
+        self.started = False
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        assert self.pusher is not None
+        await self.pusher.stop()
+        for _, waiter in self._commit_waiters:
+            if not waiter.done():
+                waiter.set_exception(DLedgerError(ResponseCode.TERM_CHANGED, "the node is shutting down"))
+        self._commit_waiters.clear()
+        self.store.close()
+        log.info("node %s stopped", self.config.self_id)
+
+    # -------------------------------------------------------------- commits
+    def _on_commit(self, committed: int) -> None:
+        if not self._commit_waiters:
+            return
+        keep = []
+        for index, waiter in self._commit_waiters:
+            if index <= committed:
+                if not waiter.done():
+                    waiter.set_result(None)
+            else:
+                keep.append((index, waiter))
+        self._commit_waiters = keep
+
+    async def wait_committed(self, index: int, timeout: float | None = None) -> None:
+        """Wait until entry `index` is committed on this node."""
+        if self.member_state.committed_index >= index:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._commit_waiters.append((index, waiter))
+        await asyncio.wait_for(waiter, timeout)
+
+    def _peer_watermark(self, peer_id: str) -> int:
+        assert self.pusher is not None
+        return self.pusher.quorum.watermark(self.member_state.term, peer_id)
+
+    # ------------------------------------------------------- request checks
+    def check_peer_header(self, header: pb.Header) -> None:
+        self.check_group(header)
+        if header.remote_id != self.config.self_id:
+            raise DLedgerError(ResponseCode.UNKNOWN_MEMBER,
+                               f"request addressed to {header.remote_id!r}, but this is {self.config.self_id!r}")
+        if header.local_id not in self.config.peer_ids or header.local_id == self.config.self_id:
+            raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"{header.local_id!r} is not a peer of this group")
+
+    def check_group(self, header: pb.Header) -> None:
+        if header.group and header.group != self.config.group:
+            raise DLedgerError(ResponseCode.UNKNOWN_GROUP,
+                               f"group {header.group!r} is not served here (this is {self.config.group!r})")
+
+    def _require_started(self) -> tuple[DLedgerLeaderElector, DLedgerEntryPusher]:
+        if not self.started or self.elector is None or self.pusher is None:
+            raise DLedgerError(ResponseCode.LEADER_NOT_READY, "the node is starting or stopping")
+        return self.elector, self.pusher
+
+    def _not_leader(self) -> DLedgerError:
+        ms = self.member_state
+        who = f"the leader is {ms.leader_id} at {ms.leader_address}" if ms.leader_id else "no leader is known yet"
+        return DLedgerError(ResponseCode.NOT_LEADER, f"{self.config.self_id} is not the leader; {who}",
+                            leader_id=ms.leader_id, leader_address=ms.leader_address)
+
+    # ----------------------------------------------------------- peer RPCs
+    def handle_vote(self, request: pb.VoteRequest) -> pb.VoteResponse:
+        elector, _ = self._require_started()
+        self.check_peer_header(request.header)
+        return elector.handle_vote(request)
+
+    def handle_heartbeat(self, request: pb.HeartBeatRequest) -> pb.HeartBeatResponse:
+        elector, _ = self._require_started()
+        self.check_peer_header(request.header)
+        return elector.handle_heartbeat(request)
+
+    async def handle_push(self, request: pb.PushEntryRequest) -> pb.PushEntryResponse:
+        elector, pusher = self._require_started()
+        self.check_peer_header(request.header)
+        if request.type == pb.APPEND and request.entry_count <= 0:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "APPEND push without entries")
+        elector.accept_leader(request.header)
+        return await pusher.handler.handle(request)
+
+    async def handle_leadership_transfer(self, request: pb.LeadershipTransferRequest) -> pb.LeadershipTransferResponse:
+        elector, _ = self._require_started()
+        if request.from_leader:
+            self.check_peer_header(request.header)
+            await elector.take_leadership(request)
+        else:
+            self.check_group(request.header)
+            if not request.transferee_id:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "transferee_id is required")
+            if not self.member_state.is_leader:
+                raise self._not_leader()
+            await elector.transfer_leadership(request.transferee_id)
+        return pb.LeadershipTransferResponse()
+
+    # --------------------------------------------------------- client RPCs
+    async def append(self, bodies: list[bytes]) -> AppendResult:
+        _, pusher = self._require_started()
+        if not bodies:
+            raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "an append needs at least one body")
+        if len(bodies) > self.config.max_append_batch_entries:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                               f"{len(bodies)} bodies in one append; at most {self.config.max_append_batch_entries}")
+        limit = self.config.max_entry_size
+        for i, body in enumerate(bodies):
+            if len(body) > limit:
+                raise DLedgerError(ResponseCode.ENTRY_TOO_LARGE,
+                                   f"body {i} has {len(body)} bytes; the maximum is {limit}")
+        if not self.member_state.is_leader:
+            raise self._not_leader()
+        started = self.clock.now()
+        result = await pusher.append(bodies)
+        self.observer.on_append(self.clock.now() - started, len(bodies))
+        return result
+
+    async def handle_append(self, request: pb.AppendRequest) -> pb.AppendResponse:
+        self.check_group(request.header)
+        first, last, positions = await self.append(list(request.bodies))
+        return pb.AppendResponse(first_index=first, last_index=last, positions=positions)
+
+    def handle_get(self, request: pb.GetRequest) -> pb.GetResponse:
+        self._require_started()
+        self.check_group(request.header)
+        if not self.member_state.is_leader:
+            raise self._not_leader()
+        entry = self.get_committed(request.index)
+        return pb.GetResponse(entry=entry_to_pb(entry))
+
+    def get_committed(self, index: int) -> DLedgerEntry:
+        store = self.store
+        if index < store.ledger_begin_index:
+            raise DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN,
+                               f"index {index} is below the ledger begin index {store.ledger_begin_index}")
+        committed = self.member_state.committed_index
+        if index > committed:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
+                               f"index {index} is above the committed index {committed}")
+        return store.get(index)
+
+    async def handle_read(self, request: pb.ReadRequest) -> AsyncIterator[pb.ReadResponse]:
+        """Committed entries of this node's own log, in batches."""
+        self._require_started()
+        self.check_group(request.header)
+        store = self.store
+        committed = self.member_state.committed_index
+        start = store.ledger_begin_index if request.start_index < 0 else request.start_index
+        end = committed if request.end_index < 0 else request.end_index
+        if start < store.ledger_begin_index:
+            raise DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN,
+                               f"start {start} is below the ledger begin index {store.ledger_begin_index}")
+        if end > committed:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
+                               f"end {end} is above the committed index {committed}")
+        batch_bytes = request.max_batch_bytes if request.max_batch_bytes > 0 else DEFAULT_READ_BATCH_BYTES
+        return self._read_batches(start, end, batch_bytes)
+
+    async def _read_batches(self, start: int, end: int, batch_bytes: int) -> AsyncIterator[pb.ReadResponse]:
+        index = start
+        while index <= end:
+            entries = self.store.read_entries(index, end, batch_bytes)
+            if not entries:
+                break
+            index = entries[-1].index + 1
+            yield pb.ReadResponse(entries=[entry_to_pb(e) for e in entries],
+                                  committed_index=self.member_state.committed_index)
+
+    def handle_metadata(self, request: pb.MetadataRequest, pid: int, metrics_address: str) -> pb.MetadataResponse:
+        self.check_group(request.header)
+        s = self.status()
+        return pb.MetadataResponse(
+            group=s.group, self_id=s.self_id, role=s.role, term=s.term, leader_id=s.leader_id,
+            leader_address=s.leader_address, ledger_begin_index=s.ledger_begin_index,
+            ledger_end_index=s.ledger_end_index, ledger_end_term=s.ledger_end_term,
+            committed_index=s.committed_index, flushed_index=s.flushed_index, pid=pid,
+            metrics_address=metrics_address,
+            peers=[pb.PeerState(id=p.id, address=p.address, watermark=p.watermark, lag=p.lag) for p in s.peers])
+
+    # --------------------------------------------------------------- status
+    def status(self) -> NodeStatus:
+        ms, store = self.member_state, self.store
+        peers = []
+        for peer in self.config.peers:
+            if ms.is_leader and self.pusher is not None:
+                mark = (store.flushed_index if peer.id == self.config.self_id
+                        else self.pusher.quorum.watermark(ms.term, peer.id))
+                peers.append(PeerStatus(peer.id, peer.address, mark, store.ledger_end_index - mark))
+            else:
+                peers.append(PeerStatus(peer.id, peer.address, -1, -1))
+        return NodeStatus(
+            group=self.config.group, self_id=self.config.self_id, role=ms.role.value, term=ms.term,
+            leader_id=ms.leader_id, leader_address=ms.leader_address,
+            ledger_begin_index=store.ledger_begin_index, ledger_end_index=store.ledger_end_index,
+            ledger_end_term=store.ledger_end_term, committed_index=ms.committed_index,
+            flushed_index=store.flushed_index,
+            pending_appends=self.pusher.quorum.pending_entries() if self.pusher else 0, peers=peers)
+
+    # --------------------------------------------------------- housekeeping
+    async def _checkpointer(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.checkpoint_interval_s)
+            self.store.write_checkpoint()
+
+    async def _retention(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.retention_check_interval_s)
+            self.store.check_disk()
+            keep_from = self._retention_floor()
+            deleted = self.store.delete_expired(keep_from, time.time() - self.config.retention_s)
+            if deleted:
+                log.info("retention deleted %d segment(s); ledger now begins at %d",
+                         deleted, self.store.ledger_begin_index)
+
+    def _retention_floor(self) -> int:
+        """Never delete what is uncommitted, or what a follower we still hear from lacks."""
+        floor = self.member_state.committed_index + 1
+        if self.member_state.role is Role.LEADER and self.elector is not None and self.pusher is not None:
+            now = self.clock.now()
+            for peer in self.elector.peers:
+                live = now - self.elector.last_contact.get(peer, float("-inf")) < self.config.retention_check_interval_s * 6
+                if live:
+                    floor = min(floor, self.pusher.quorum.watermark(self.member_state.term, peer) + 1)
+        return floor
+
+
+def entry_to_pb(entry: DLedgerEntry) -> pb.Entry:
+    return pb.Entry(index=entry.index, term=entry.term, pos=entry.pos, magic=entry.magic, body=entry.body,
+                    body_crc=entry.body_crc, chain_crc=entry.chain_crc)
+
