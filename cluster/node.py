@@ -14,14 +14,15 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass
-
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cluster.metrics import NodeMetrics
 from dledger.config import DLedgerConfig
 from rpcgen import dledger_pb2 as pb
+from dledger.rpc.peer_client import GrpcTransport
+from dledger.rpc.service import DLedgerServicer
+from dledger.server import DLedgerServer
 from rpcgen import dledger_pb2_grpc
 
 log = logging.getLogger("dledger.node")
@@ -56,35 +57,32 @@ def configure_logging(node_id: str, level: str = "INFO") -> None:
     root.setLevel(level.upper())
 
 
-@dataclass
 class Node:
-    config: DLedgerConfig
-    grace_s: float = SHUTDOWN_GRACE_S
+    """One node's server and endpoints; `start` then `stop`, once each."""
 
-    def __post_init__(self) -> None:
-        self.server = None
-        self.transport = None
+    def __init__(self, config: DLedgerConfig, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        self.config = config
+        self.grace_s = grace_s
+        self.server: DLedgerServer | None = None
+        self.transport: GrpcTransport | None = None
         self.grpc_server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
-        self.metrics = NodeMetrics(self.config.group, self.config.self_id)
+        self.metrics = NodeMetrics(config.group, config.self_id)
         self._stopped = False
 
     async def start(self) -> None:
-        # Imported here so that the CLI's client commands do not load the server.
-        from dledger.rpc.peer_client import GrpcTransport
-        from dledger.rpc.service import DLedgerServicer
-        from dledger.server import DLedgerServer
-
         config = self.config
         self.transport = GrpcTransport(config)
         self.server = DLedgerServer(config, self.transport, observer=self.metrics.observer)
-        await self.server.start()
-        self.metrics.bind(self.server.status, asyncio.get_running_loop())
         self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS)
         servicer = DLedgerServicer(self.server, os.getpid(), config.metrics_address)
         dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, self.grpc_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
+        # Bind before the log is opened: a second node started on this port
+        # (or with this id) fails here, before it has touched anything.
         self._bind(config.self_peer.address)
+        await self.server.start()
+        self.metrics.bind(self.server.status, asyncio.get_running_loop())
         await self.grpc_server.start()
         if config.metrics_address:
             self._serve_metrics(config.metrics_address)

@@ -14,6 +14,8 @@ The decisions are in vote_rules.py; this module waits, sends and applies them.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 import logging
 import random
@@ -24,10 +26,12 @@ from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
 from dledger.status import ServerObserver
-from dledger.store.file_store import DLedgerFileStore
 from dledger.transport import Transport, TransportError
 from dledger.vote_rules import ParseResult, VoterView, decide_vote, tally_votes
 from rpcgen import dledger_pb2 as pb
+
+if TYPE_CHECKING:
+    from dledger.store.file_store import DLedgerFileStore
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,8 @@ is never marked committed, even if the leader's commit index covers its indexes.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 import logging
 from dataclasses import dataclass, field
@@ -22,8 +24,10 @@ from dledger.config import DLedgerConfig, FlushMode
 from dledger.entry import decode_header
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState
-from dledger.store.file_store import DLedgerFileStore
 from rpcgen import dledger_pb2 as pb
+
+if TYPE_CHECKING:
+    from dledger.store.file_store import DLedgerFileStore
 
 log = logging.getLogger(__name__)
 

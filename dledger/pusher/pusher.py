@@ -8,6 +8,8 @@ and complete when the commit index passes them.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 import logging
 from typing import Callable, Sequence
@@ -20,8 +22,10 @@ from dledger.member_state import MemberState, Role
 from dledger.pusher.dispatcher import EntryDispatcher
 from dledger.pusher.handler import EntryHandler
 from dledger.pusher.quorum import PendingAppend, QuorumAckChecker
-from dledger.store.file_store import DLedgerFileStore
 from dledger.transport import Transport
+
+if TYPE_CHECKING:
+    from dledger.store.file_store import DLedgerFileStore
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,972 @@
+"""DLedgerFileStore: the replicated log on disk (DLedger's DLedgerMmapFileStore).
+
+Layout under `<data_dir>/dledger-<self_id>/`:
+    data/        fixed-size segments of back-to-back entries (48-byte header + body)
+    index/       fixed-size segments of 32-byte records; entry i's record is at i*32
+    checkpoint   Java properties: committedIndex, endIndex, flushedPosition,
+                 beginIndex, beforeBeginTerm, beforeBeginChainCrc
+
+An entry goes into the current data segment only when its size plus
+MIN_BLANK_LEN fits in what is left; otherwise the rest of the segment becomes a
+BLANK record and the entry starts the next segment. The rule is deterministic,
+so a follower appending the leader's entries gets the leader's positions, and
+the store insists on it (pos must match), keeping replicas byte-identical.
+
+All writes happen on the caller's thread (the event loop): pwrite into the page
+cache is cheap. Only fdatasync goes to the store's single flush thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import shutil
+import struct
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Sequence
+
+from dledger.config import DLedgerConfig
+from dledger.entry import (
+    BLANK,
+    HEADER,
+    HEADER_SIZE,
+    INDEX_RECORD,
+    INDEX_RECORD_SIZE,
+    MAGIC_BLANK,
+    MAGIC_NORMAL,
+    MIN_BLANK_LEN,
+    VALID_MAGICS,
+    DLedgerEntry,
+    EntryHeader,
+    entry_from_bytes,
+    verify_entry,
+)
+from dledger.errors import CorruptLogError, DLedgerError, ResponseCode
+from dledger.store.properties import read_properties, write_properties
+from dledger.store.segment_list import ZERO_FILL_BYTES, DirtyState, SegmentList, sync_dirty
+
+log = logging.getLogger(__name__)
+
+_CRC = struct.Struct(">I")
+_HEADER_CRC_FIELD = 36   # chain_crc lives at [36, 40), body_crc at [40, 44)
+# Recovery reads data in chunks of this size (or one whole entry when larger).
+SCAN_CHUNK_BYTES = 4 << 20
+
+
+@dataclass
+class Checkpoint:
+    """What the `checkpoint` file records. end_index is the flushed end (its
+    entry is on disk), flushed_position where the entry after it starts (for an
+    empty log: where entry begin_index will go)."""
+    begin_index: int = 0
+    end_index: int = -1
+    committed_index: int = -1
+    flushed_position: int = 0
+    before_begin_term: int = 0
+    before_begin_chain_crc: int = 0
+
+    def to_properties(self) -> dict[str, str]:
+        return {
+            "committedIndex": str(self.committed_index),
+            "endIndex": str(self.end_index),
+            "flushedPosition": str(self.flushed_position),
+            "beginIndex": str(self.begin_index),
+            "beforeBeginTerm": str(self.before_begin_term),
+            "beforeBeginChainCrc": str(self.before_begin_chain_crc),
+        }
+
+    @classmethod
+    def from_properties(cls, values: dict[str, str]) -> "Checkpoint":
+        def number(key: str, default: int) -> int:
+            return int(values[key]) if key in values else default
+        return cls(begin_index=number("beginIndex", 0), end_index=number("endIndex", -1),
+                   committed_index=number("committedIndex", -1),
+                   flushed_position=number("flushedPosition", 0),
+                   before_begin_term=number("beforeBeginTerm", 0),
+                   before_begin_chain_crc=number("beforeBeginChainCrc", 0))
+
+
+@dataclass
+class ScanStart:
+    offset: int
+    next_index: int | None          # None: whatever the first entry found says
+    previous_chain_crc: int | None  # None: do not check the first entry's link
+    previous_term: int
+
+
+@dataclass
+class ScanResult:
+    end_offset: int          # where the valid log ends (the next entry would start here)
+    last_index: int | None   # None when nothing was scanned and nothing was known before
+    last_term: int
+    last_chain_crc: int
+    first_index: int | None  # first entry the scan itself read
+    failure: str             # "" when the scan reached a clean end
+
+
+class DLedgerFileStore:
+    def __init__(self, config: DLedgerConfig) -> None:
+        self.config = config
+        self.base_dir = os.path.join(config.data_dir, f"dledger-{config.self_id}")
+        self.checkpoint_path = os.path.join(self.base_dir, "checkpoint")
+        self._data = SegmentList(os.path.join(self.base_dir, "data"), config.data_file_size, config.preallocate)
+        self._index = SegmentList(os.path.join(self.base_dir, "index"), config.index_file_size,
+                                  config.preallocate)
+        self.ledger_begin_index = 0
+        self.ledger_end_index = -1
+        self.ledger_end_term = 0
+        self.ledger_end_chain_crc = 0
+        # The entry just before the begin index (dropped by retention or by reset):
+        # its term and chain CRC are what term_at/chain_crc_at answer for begin-1.
+        self.before_begin_term = 0
+        self.before_begin_chain_crc = 0
+        self.flushed_index = -1
+        self.flushed_position = 0
+        self.committed_index = -1
+        self.read_only_reason = ""
+        self.fsync_count = 0  # flush rounds that went to the disk; group commit keeps it low
+        self._executor: ThreadPoolExecutor | None = None
+        self._flush_lock = asyncio.Lock()
+        self._flush_requests = 0   # tickets handed to flush() callers
+        self._flush_covered = 0    # every ticket <= this has had a flush start after it
+        # Bumped by truncate/reset: a flush that ran across one must not claim
+        # entries that were replaced meanwhile.
+        self._epoch = 0
+        self._checkpoint_end_index = -1
+
+    @property
+    def write_position(self) -> int:
+        return self._data.write_position
+
+    # ================================================================= open / close
+
+    def open(self) -> None:
+        os.makedirs(self.base_dir, exist_ok=True)
+        self._data.load()
+        self._index.load()
+        checkpoint = self._read_checkpoint()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"flush-{self.config.self_id}")
+        try:
+            self._recover(checkpoint)
+        except BaseException:
+            # A store that refuses to open must not keep fds or a thread behind.
+            self._executor.shutdown(wait=True)
+            self._executor = None
+            self._data.close()
+            self._index.close()
+            raise
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self._sync_everything()
+        self.write_checkpoint()
+        self._data.close()
+        self._index.close()
+
+    # ================================================================= leader
+
+    def append_as_leader(self, bodies: Sequence[bytes], term: int,
+                         magic: int = MAGIC_NORMAL) -> list[tuple[int, int]]:
+        """Write `bodies` as entries ledger_end_index+1.. of `term`; returns [(index, pos)].
+        One buffer, one pwrite per segment touched, one for the index records; no fsync."""
+        self._check_writable()
+        if term < self.ledger_end_term:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                               f"term {term} is below the last entry's term {self.ledger_end_term}")
+        if not bodies:
+            return []
+        start = self._data.write_position
+        positions, blanks, end = self._plan_positions(start, bodies)
+        buffer = bytearray(end - start)  # zeros: BLANK padding needs only its 8-byte header
+        for blank_at in blanks:
+            BLANK.pack_into(buffer, blank_at - start, MAGIC_BLANK, self._segment_end(blank_at) - blank_at)
+        records = bytearray(INDEX_RECORD_SIZE * len(bodies))
+        first_index = self.ledger_end_index + 1
+        chain = self._encode_into(buffer, records, start, positions, bodies, first_index, term, magic,
+                                  self.ledger_end_chain_crc)
+        self._write(start, buffer, records)
+        self._advance(first_index + len(bodies) - 1, term, chain)
+        return [(first_index + i, pos) for i, pos in enumerate(positions)]
+
+    def _plan_positions(self, start: int, bodies: Sequence[bytes]) -> tuple[list[int], list[int], int]:
+        """Apply the roll rule: returns each entry's pos, where BLANKs go, and the end offset."""
+        segment_size = self._data.segment_size
+        limit = self.config.max_entry_size
+        pos = start
+        segment_end = self._segment_end(start)
+        positions: list[int] = []
+        blanks: list[int] = []
+        for body in bodies:
+            size = HEADER_SIZE + len(body)
+            if len(body) > limit or size + MIN_BLANK_LEN > segment_size:
+                raise DLedgerError(ResponseCode.ENTRY_TOO_LARGE,
+                                   f"entry body of {len(body)} bytes exceeds the limit of {limit} bytes")
+            if size + MIN_BLANK_LEN > segment_end - pos:
+                blanks.append(pos)
+                pos = segment_end
+                segment_end += segment_size
+            positions.append(pos)
+            pos += size
+        return positions, blanks, pos
+
+    @staticmethod
+    def _encode_into(buffer: bytearray, records: bytearray, start: int, positions: list[int],
+                     bodies: Sequence[bytes], first_index: int, term: int, magic: int,
+                     previous_chain_crc: int) -> int:
+        """Fill headers, bodies and index records; returns the last chain CRC.
+        This is the leader's per-entry hot loop, so it avoids all allocation
+        but the memoryview slices the CRCs need."""
+        view = memoryview(buffer)
+        pack_header = HEADER.pack_into
+        pack_record = INDEX_RECORD.pack_into
+        pack_crc = _CRC.pack_into
+        crc32 = zlib.crc32
+        chain = previous_chain_crc
+        index = first_index
+        record_at = 0
+        for pos, body in zip(positions, bodies):
+            at = pos - start
+            body_size = len(body)
+            size = HEADER_SIZE + body_size
+            pack_header(buffer, at, magic, size, index, term, pos, 0, 0, crc32(body), body_size)
+            chain = crc32(view[at + 40:at + 44], crc32(view[at:at + _HEADER_CRC_FIELD], chain))
+            pack_crc(buffer, at + _HEADER_CRC_FIELD, chain)
+            buffer[at + HEADER_SIZE:at + size] = body
+            pack_record(records, record_at, magic, pos, size, index, term)
+            record_at += INDEX_RECORD_SIZE
+            index += 1
+        return chain
+
+    # ================================================================= follower
+
+    def append_as_follower(self, data: bytes, first_index: int, count: int) -> int:
+        """Write `count` entries encoded by the leader, back to back as they lie in one
+        of its segments. Every check runs before any write; a failed check raises
+        INCONSISTENT_STATE and leaves the store untouched. Returns the new end index."""
+        self._check_writable()
+        if first_index != self.ledger_end_index + 1:
+            raise self._inconsistent(f"push starts at index {first_index}, "
+                                     f"but this store's next index is {self.ledger_end_index + 1}")
+        if count <= 0 or len(data) < HEADER_SIZE:
+            raise self._inconsistent(f"push of {count} entries in {len(data)} bytes holds no entry")
+        start = self._data.write_position
+        segment_end = self._segment_end(start)
+        first_size = BLANK.unpack_from(data, 0)[1]
+        run_start = start
+        if first_size + MIN_BLANK_LEN > segment_end - start:
+            run_start = segment_end  # the leader rolled here too
+            segment_end += self._data.segment_size
+        if run_start + len(data) + MIN_BLANK_LEN > segment_end:
+            raise self._inconsistent(f"push of {len(data)} bytes at pos {run_start} does not fit in one segment "
+                                     f"(ends at {segment_end})")
+        records, chain, last_term = self._verify_run(data, first_index, count, run_start)
+        self._write_follower_run(start, run_start, data, records)
+        self._advance(first_index + count - 1, last_term, chain)
+        return self.ledger_end_index
+
+    def _verify_run(self, data: bytes, first_index: int, count: int, run_start: int) -> tuple[bytearray, int, int]:
+        """Check every entry of a push; returns (index records, last chain CRC, last term)."""
+        view = memoryview(data)
+        unpack = HEADER.unpack_from
+        pack_record = INDEX_RECORD.pack_into
+        crc32 = zlib.crc32
+        records = bytearray(INDEX_RECORD_SIZE * count)
+        chain = self.ledger_end_chain_crc
+        previous_term = self.ledger_end_term
+        total = len(data)
+        at = 0
+        for i in range(count):
+            expected = first_index + i
+            if total - at < HEADER_SIZE:
+                raise self._inconsistent(f"entry {expected}: push ends after {total} bytes, {i} of {count} entries")
+            magic, size, index, term, pos, _, chain_crc, body_crc, body_size = unpack(data, at)
+            if magic not in VALID_MAGICS or size != HEADER_SIZE + body_size or body_size < 0 or at + size > total:
+                raise self._inconsistent(f"entry {expected}: bad header (magic {magic}, size {size}, "
+                                         f"body size {body_size}, {total - at} bytes left)")
+            if index != expected:
+                raise self._inconsistent(f"entry at push offset {at} has index {index}, expected {expected}")
+            if term < previous_term:
+                raise self._inconsistent(f"entry {index}: term {term} is below the previous term {previous_term}")
+            if pos != run_start + at:
+                raise self._inconsistent(f"entry {index}: leader pos {pos}, but this store would write it at "
+                                         f"{run_start + at}; the replicas would diverge")
+            if crc32(view[at + HEADER_SIZE:at + size]) != body_crc:
+                raise self._inconsistent(f"entry {index}: body CRC mismatch")
+            chain = crc32(view[at + 40:at + 44], crc32(view[at:at + _HEADER_CRC_FIELD], chain))
+            if chain != chain_crc:
+                raise self._inconsistent(f"entry {index}: chain CRC {chain:#010x} != {chain_crc:#010x}; "
+                                         f"it does not follow this store's entry {index - 1}")
+            pack_record(records, i * INDEX_RECORD_SIZE, magic, pos, size, index, term)
+            previous_term = term
+            at += size
+        if at != total:
+            raise self._inconsistent(f"push holds {total - at} bytes beyond its {count} entries")
+        return records, chain, previous_term
+
+    def _write_follower_run(self, start: int, run_start: int, data: bytes, records: bytearray) -> None:
+        if run_start == start:
+            self._write(start, data, records)
+            return
+        # The run opens a new segment: pad the old one first, as the leader did.
+        blank = bytearray(run_start - start)
+        BLANK.pack_into(blank, 0, MAGIC_BLANK, len(blank))
+        self._write(start, blank, records, data)
+
+    def _inconsistent(self, message: str) -> DLedgerError:
+        return DLedgerError(ResponseCode.INCONSISTENT_STATE, message)
+
+    # ================================================================= writing
+
+    def _check_writable(self) -> None:
+        if self.read_only_reason:
+            raise DLedgerError(ResponseCode.DISK_FULL, self.read_only_reason)
+
+    def _segment_end(self, offset: int) -> int:
+        return self._data.segment_start_of(offset) + self._data.segment_size
+
+    def _write(self, start: int, data: bytes | bytearray, records: bytearray,
+               more: bytes | None = None) -> None:
+        """Write data (then `more` right after it) at `start` and the index records
+        after the last one. All or nothing: on an I/O error the written bytes are
+        zeroed again and the error becomes DISK_FULL / DISK_ERROR."""
+        end = start + len(data) + (len(more) if more is not None else 0)
+        record_start = (self.ledger_end_index + 1) * INDEX_RECORD_SIZE
+        try:
+            # Create segments first: with preallocation that is where ENOSPC shows.
+            self._data.ensure(start, end)
+            self._index.ensure(record_start, record_start + len(records))
+            self._data.write(start, data)
+            if more is not None:
+                self._data.write(start + len(data), more)
+            self._index.write(record_start, records)
+        except OSError as e:
+            self._undo_write(start, end, record_start, len(records))
+            raise _disk_error(e) from e
+        self._data.write_position = end
+        self._index.write_position = record_start + len(records)
+
+    def _undo_write(self, start: int, end: int, record_start: int, record_bytes: int) -> None:
+        try:
+            self._data.truncate(start, max(ZERO_FILL_BYTES, end - start))
+            self._index.truncate(record_start, max(ZERO_FILL_BYTES, record_bytes))
+        except OSError as e:
+            # The in-memory end is unchanged, so these bytes are never read and
+            # the next append overwrites them; recovery's chain check rejects
+            # them unless they are the very entries that will be appended.
+            log.error("could not zero a failed write at data pos %d, index record %d: %s",
+                      start, record_start // INDEX_RECORD_SIZE, e)
+
+    def _advance(self, end_index: int, term: int, chain_crc: int) -> None:
+        self.ledger_end_index = end_index
+        self.ledger_end_term = term
+        self.ledger_end_chain_crc = chain_crc
+
+    # ================================================================= truncate / reset
+
+    def truncate(self, last_kept_index: int) -> None:
+        """Drop every entry after last_kept_index; never a committed one."""
+        if last_kept_index >= self.ledger_end_index:
+            return
+        if last_kept_index < self.committed_index:
+            raise self._inconsistent(f"refusing to truncate after {last_kept_index}: "
+                                     f"entries up to {self.committed_index} are committed")
+        if last_kept_index < self.ledger_begin_index - 1:
+            raise self._inconsistent(f"refusing to truncate after {last_kept_index}: "
+                                     f"the log begins at {self.ledger_begin_index}")
+        if last_kept_index == self.ledger_begin_index - 1:
+            cut = self._record(self.ledger_begin_index)[1]
+            term, chain = self.before_begin_term, self.before_begin_chain_crc
+        else:
+            entry = self._read_verified(last_kept_index)
+            cut, term, chain = entry.pos + entry.size, entry.term, entry.chain_crc
+        self._data.truncate(cut)
+        self._index.truncate((last_kept_index + 1) * INDEX_RECORD_SIZE)
+        self._advance(last_kept_index, term, chain)
+        self._epoch += 1
+        if self.flushed_index > last_kept_index:
+            self.flushed_index = last_kept_index
+            self.flushed_position = cut
+        if self._checkpoint_end_index > last_kept_index:
+            # Recovery starts at the checkpoint's end entry; left pointing past
+            # the cut it would resume inside the dropped suffix. The zeroed
+            # bytes go to disk first so the dropped entries cannot reappear.
+            self._sync_everything()
+            self.write_checkpoint()
+
+    def reset(self, begin_index: int, begin_pos: int, before_begin_term: int,
+              before_begin_chain_crc: int) -> None:
+        """Discard the whole log and restart it empty, so that the next entry is
+        begin_index at data position begin_pos (a follower behind the leader's begin)."""
+        if self.committed_index >= begin_index:
+            raise self._inconsistent(f"refusing to reset to begin {begin_index}: "
+                                     f"entries up to {self.committed_index} are committed here")
+        gap = begin_pos % self._data.segment_size
+        if begin_index < 0 or begin_pos < 0 or 0 < gap < MIN_BLANK_LEN:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                               f"cannot reset to index {begin_index} at pos {begin_pos}")
+        self._epoch += 1
+        self.ledger_begin_index = begin_index
+        self.before_begin_term = before_begin_term
+        self.before_begin_chain_crc = before_begin_chain_crc
+        self._advance(begin_index - 1, before_begin_term, before_begin_chain_crc)
+        self.flushed_index = begin_index - 1
+        self.flushed_position = begin_pos
+        # The checkpoint goes first: after a crash in the middle, recovery
+        # finishes the reset from it (see _prepare_empty_log).
+        self._write_checkpoint_file()
+        self._data.delete_all()
+        self._index.delete_all()
+        self._install_begin_blank(begin_pos)
+        self._data.truncate(begin_pos)
+        self._index.write_position = begin_index * INDEX_RECORD_SIZE
+        self._sync_everything()
+
+    def _install_begin_blank(self, begin_pos: int) -> None:
+        """Make `begin_pos` where the first entry goes: its segment exists and a
+        BLANK record covers [segment start, begin_pos) (DLedger's startPosition),
+        so a scan of the segment skips straight to begin_pos."""
+        segment_start = self._data.segment_start_of(begin_pos)
+        self._data.ensure(segment_start, segment_start + 1)
+        if begin_pos > segment_start:
+            blank = BLANK.pack(MAGIC_BLANK, begin_pos - segment_start)
+            if self._data.read(segment_start, len(blank)) != blank:
+                self._data.write(segment_start, blank)
+
+    # ================================================================= reads
+
+    def get(self, index: int) -> DLedgerEntry:
+        self._check_range(index)
+        return self._read_verified(index)
+
+    def term_at(self, index: int) -> int:
+        if index == self.ledger_end_index:
+            return self.ledger_end_term
+        if index == self.ledger_begin_index - 1:
+            return self.before_begin_term
+        if index == -1:
+            return 0
+        self._check_range(index)
+        return self._record(index)[4]
+
+    def position_of(self, index: int) -> int:
+        self._check_range(index)
+        return self._record(index)[1]
+
+    def chain_crc_at(self, index: int) -> int:
+        if index == self.ledger_end_index:
+            return self.ledger_end_chain_crc
+        if index == self.ledger_begin_index - 1:
+            return self.before_begin_chain_crc
+        if index == -1:
+            return 0
+        self._check_range(index)
+        _, pos, _, _, _ = self._record(index)
+        header = HEADER.unpack(self._data_bytes(pos, HEADER_SIZE))
+        if header[2] != index:
+            raise CorruptLogError(f"entry {index}: data at pos {pos} holds entry {header[2]}")
+        return header[6]
+
+    def read_raw(self, start_index: int, max_bytes: int, max_count: int) -> tuple[bytes, int]:
+        """Encoded entries from start_index, back to back inside one data segment:
+        at most max_count and max_bytes, but at least one. (b"", 0) past the end.
+        Not CRC-checked here: the follower checks every entry it receives."""
+        if start_index > self.ledger_end_index or max_count <= 0:
+            return b"", 0
+        self._check_range(start_index)
+        count_wanted = min(max_count, self.ledger_end_index - start_index + 1)
+        record_offset = start_index * INDEX_RECORD_SIZE
+        index_segment = self._index.find(record_offset)
+        if index_segment is None:
+            raise CorruptLogError(f"entry {start_index}: its index segment is missing")
+        # One pread of the records, staying inside their index segment.
+        count_wanted = min(count_wanted, (index_segment.end - record_offset) // INDEX_RECORD_SIZE)
+        records = index_segment.read(record_offset - index_segment.start, count_wanted * INDEX_RECORD_SIZE)
+        first = INDEX_RECORD.unpack_from(records, 0)
+        self._check_record(start_index, first)
+        first_pos, first_size = first[1], first[2]
+        segment = self._data.find(first_pos)
+        if segment is None or first_pos + first_size > segment.end:
+            raise CorruptLogError(f"entry {start_index}: pos {first_pos} size {first_size} is outside the data")
+        total, count = self._run_length(records, start_index, first_pos, first_size,
+                                        min(segment.end, first_pos + max(max_bytes, first_size)))
+        data = segment.read(first_pos - segment.start, total)
+        if HEADER.unpack_from(data, 0)[2] != start_index:
+            raise CorruptLogError(f"entry {start_index}: data at pos {first_pos} holds another entry")
+        return data, count
+
+    @staticmethod
+    def _run_length(records: bytes, start_index: int, first_pos: int, first_size: int,
+                    limit: int) -> tuple[int, int]:
+        """How many entries, and bytes, lie back to back from first_pos before `limit`.
+        A pos that does not follow on means the next entry is in the next segment."""
+        total = first_size
+        count = 1
+        expected = start_index + 1
+        for _, pos, size, index, _ in INDEX_RECORD.iter_unpack(memoryview(records)[INDEX_RECORD_SIZE:]):
+            if index != expected or pos != first_pos + total or pos + size > limit:
+                break
+            total += size
+            count += 1
+            expected += 1
+        return total, count
+
+    def read_entries(self, start_index: int, end_index: int, max_bytes: int) -> list[DLedgerEntry]:
+        """Decoded, CRC-checked entries [start_index, end_index] (clipped to the
+        log end), at most max_bytes of them but at least one. Past the end: []."""
+        if start_index > min(end_index, self.ledger_end_index):
+            return []
+        self._check_range(start_index)
+        last = min(end_index, self.ledger_end_index)
+        entries: list[DLedgerEntry] = []
+        used = 0
+        index = start_index
+        while index <= last and (not entries or used < max_bytes):
+            data, count = self.read_raw(index, max_bytes - used, last - index + 1)
+            for entry in _decode_run(data, index, count):
+                if entries and used + entry.size > max_bytes:
+                    return entries
+                entries.append(entry)
+                used += entry.size
+            index += count
+        return entries
+
+    def first_index_of_term(self, term: int, upto_index: int) -> int:
+        """Smallest stored index <= upto_index with this term, or -1 when none."""
+        high = min(upto_index, self.ledger_end_index)
+        low = self.ledger_begin_index
+        if high < low or self.term_at(high) < term:
+            return -1
+        while low < high:
+            middle = (low + high) // 2
+            if self.term_at(middle) >= term:
+                high = middle
+            else:
+                low = middle + 1
+        return low if self.term_at(low) == term else -1
+
+    def _check_range(self, index: int) -> None:
+        if index < self.ledger_begin_index:
+            raise DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN,
+                               f"index {index} is below the log begin {self.ledger_begin_index}")
+        if index > self.ledger_end_index:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
+                               f"index {index} is beyond the log end {self.ledger_end_index}")
+
+    def _record(self, index: int) -> tuple[int, int, int, int, int]:
+        """(magic, pos, size, index, term) of entry `index`, checked for sanity."""
+        record: tuple[int, int, int, int, int] = INDEX_RECORD.unpack(
+            self._index.read(index * INDEX_RECORD_SIZE, INDEX_RECORD_SIZE))
+        self._check_record(index, record)
+        return record
+
+    @staticmethod
+    def _check_record(index: int, record: tuple[int, ...]) -> None:
+        magic, _, size, record_index, _ = record
+        if record_index != index or magic not in VALID_MAGICS or size < HEADER_SIZE:
+            raise CorruptLogError(f"index record {index} is damaged: {record}")
+
+    def _data_bytes(self, pos: int, size: int) -> bytes:
+        segment = self._data.find(pos)
+        if segment is None or pos + size > segment.end:
+            raise CorruptLogError(f"data [{pos}, {pos + size}) is not inside one segment")
+        return segment.read(pos - segment.start, size)
+
+    def _read_verified(self, index: int) -> DLedgerEntry:
+        magic, pos, size, _, term = self._record(index)
+        entry = entry_from_bytes(self._data_bytes(pos, size))
+        if (entry.index, entry.pos, entry.term, entry.magic) != (index, pos, term, magic):
+            raise CorruptLogError(f"entry {index}: data header (index {entry.index}, pos {entry.pos}, "
+                                  f"term {entry.term}) disagrees with its index record")
+        return entry
+
+    # ================================================================= durability
+
+    async def flush(self) -> int:
+        """Group commit. Each caller takes a ticket; a flush round covers every
+        ticket taken before it started, so callers arriving during a round wait
+        for it and are then served together by the next one."""
+        self._flush_requests += 1
+        ticket = self._flush_requests
+        async with self._flush_lock:
+            if self._flush_covered < ticket:
+                self._flush_covered = self._flush_requests
+                try:
+                    await self._flush_round()
+                except BaseException:
+                    # The callers this round covered must not take its failure
+                    # for a flush: the next of them in line runs a new round.
+                    self._flush_covered = ticket - 1
+                    raise
+        return self.flushed_index
+
+    async def _flush_round(self) -> None:
+        end_index, end_position, epoch = self.ledger_end_index, self._data.write_position, self._epoch
+        data_state, index_state = self._data.take_dirty(), self._index.take_dirty()
+        if data_state.segments or index_state.segments or data_state.directory or index_state.directory:
+            if self._executor is None:
+                raise DLedgerError(ResponseCode.DISK_ERROR, "the store is not open")
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.run_in_executor(self._executor, _sync_states, [data_state, index_state])
+            except BaseException:
+                self._data.restore_dirty(data_state)
+                self._index.restore_dirty(index_state)
+                raise
+            self.fsync_count += 1
+        # Nothing dirty means everything written up to the capture is already
+        # on disk (synced by an earlier round or by _sync_everything).
+        if epoch == self._epoch and end_index > self.flushed_index:
+            self.flushed_index = end_index
+            self.flushed_position = end_position
+
+    def _sync_everything(self) -> None:
+        """fdatasync every open segment and both directories, here and now (close,
+        truncate, reset). Syncing all, not just the dirty set, also covers
+        segments a concurrent flush round took and has not synced yet."""
+        for segments in (self._data, self._index):
+            segments.take_dirty()  # superseded by syncing every segment below
+            sync_dirty(DirtyState(list(segments.segments), segments.directory))
+        self.flushed_index = self.ledger_end_index
+        self.flushed_position = self._data.write_position
+
+    def set_committed_index(self, index: int) -> None:
+        if index > self.committed_index:
+            self.committed_index = index
+
+    def write_checkpoint(self) -> None:
+        # The checkpoint's end entry is where recovery starts; its index record
+        # must be on disk for that (its data is: it is flushed).
+        sync_dirty(self._index.take_dirty())
+        self._write_checkpoint_file()
+
+    def _write_checkpoint_file(self) -> None:
+        checkpoint = Checkpoint(
+            begin_index=self.ledger_begin_index,
+            end_index=self.flushed_index,
+            # Never more than what is on disk: recovery treats everything up to
+            # committedIndex as data it must not cut.
+            committed_index=min(self.committed_index, self.flushed_index),
+            flushed_position=self.flushed_position,
+            before_begin_term=self.before_begin_term,
+            before_begin_chain_crc=self.before_begin_chain_crc)
+        write_properties(self.checkpoint_path, checkpoint.to_properties())
+        self._checkpoint_end_index = checkpoint.end_index
+
+    # ================================================================= retention / disk
+
+    def delete_expired(self, keep_from_index: int, older_than_wall_s: float) -> int:
+        """Delete leading data segments whose entries are all below keep_from_index and
+        whose mtime is before older_than_wall_s; returns how many went."""
+        count, first_kept_index = self._expired_prefix(keep_from_index, older_than_wall_s)
+        if count == 0:
+            return 0
+        if first_kept_index > self.ledger_begin_index:
+            # The new before-begin entry is the last deleted one: read it first.
+            last_deleted = self._read_verified(first_kept_index - 1)
+            self.before_begin_term = last_deleted.term
+            self.before_begin_chain_crc = last_deleted.chain_crc
+            self.ledger_begin_index = first_kept_index
+            if self.flushed_index < first_kept_index - 1:
+                self.flushed_index = first_kept_index - 1
+                self.flushed_position = self._data.segments[count].start
+        # Checkpoint before unlinking: a crash in between leaves old files below
+        # the recorded begin, which the next pass deletes.
+        self.write_checkpoint()
+        self._data.delete_first(count)
+        self._delete_index_below(self.ledger_begin_index)
+        return count
+
+    def _expired_prefix(self, keep_from_index: int, older_than_wall_s: float) -> tuple[int, int]:
+        """How many leading data segments may go, and the first entry after them."""
+        segments = self._data.segments
+        count = 0
+        first_kept_index = self.ledger_begin_index
+        while count + 1 < len(segments):
+            following = segments[count + 1]
+            if following.start >= self._data.write_position:
+                break  # never the segment being written
+            header = HEADER.unpack(following.read(0, HEADER_SIZE))
+            if header[0] not in VALID_MAGICS or header[4] != following.start:
+                break
+            next_index = header[2]
+            if next_index > keep_from_index or segments[count].mtime() >= older_than_wall_s:
+                break
+            count += 1
+            first_kept_index = next_index
+        return count, first_kept_index
+
+    def _delete_index_below(self, begin_index: int) -> None:
+        limit = begin_index * INDEX_RECORD_SIZE
+        count = 0
+        for segment in self._index.segments:
+            if segment.end > limit:
+                break
+            count += 1
+        self._index.delete_first(count)
+
+    def check_disk(self) -> None:
+        usage = shutil.disk_usage(self.base_dir)
+        ratio = usage.used / usage.total if usage.total else 0.0
+        if ratio > self.config.disk_full_ratio:
+            if not self.read_only_reason:
+                log.warning("disk %.1f%% full, above %.0f%%: refusing appends", ratio * 100,
+                            self.config.disk_full_ratio * 100)
+            self.read_only_reason = (f"disk holding {self.base_dir} is {ratio:.1%} full "
+                                     f"(limit {self.config.disk_full_ratio:.0%}); the log is read-only")
+        elif self.read_only_reason:
+            log.info("disk %.1f%% full: accepting appends again", ratio * 100)
+            self.read_only_reason = ""
+
+    # ================================================================= recovery
+
+    def _read_checkpoint(self) -> Checkpoint | None:
+        if not os.path.exists(self.checkpoint_path):
+            return None
+        values = read_properties(self.checkpoint_path)
+        if "beginIndex" not in values:
+            # DLedger 0.3's checkpoint (endIndex, committedIndex only): a full
+            # scan from the start is the safe reading of it.
+            log.warning("checkpoint %s has no beginIndex; scanning the whole log", self.checkpoint_path)
+            return None
+        try:
+            return Checkpoint.from_properties(values)
+        except ValueError as e:
+            raise CorruptLogError(f"checkpoint {self.checkpoint_path} is unreadable: {e}") from e
+
+    def _recover(self, checkpoint: Checkpoint | None) -> None:
+        start, known = self._scan_start(checkpoint)
+        result = self._scan(start, known, checkpoint)
+        self._settle(result, checkpoint, from_log_start=start.next_index is None)
+
+    def _scan_start(self, checkpoint: Checkpoint | None) -> tuple[ScanStart, tuple[int, int, int] | None]:
+        """Where the scan begins, and (index, term, chain) of the entry before it when known."""
+        if checkpoint is not None:
+            if checkpoint.end_index == checkpoint.begin_index - 1:
+                self._prepare_empty_log(checkpoint)
+                known = (checkpoint.end_index, checkpoint.before_begin_term, checkpoint.before_begin_chain_crc)
+                return ScanStart(checkpoint.flushed_position, checkpoint.begin_index,
+                                 checkpoint.before_begin_chain_crc, checkpoint.before_begin_term), known
+            start = self._checkpoint_entry(checkpoint)
+            if start is not None:
+                return start
+        first = self._data.first_start
+        return ScanStart(first if first is not None else 0, None, None, 0), None
+
+    def _prepare_empty_log(self, checkpoint: Checkpoint) -> None:
+        """The checkpoint says the log is empty from begin_index at flushed_position
+        (a reset, or retention of everything): drop files below that position
+        and make sure the BLANK before it is in place (finishes an interrupted reset)."""
+        begin_pos = checkpoint.flushed_position
+        segment_start = self._data.segment_start_of(begin_pos)
+        dropped = 0
+        for segment in self._data.segments:
+            if segment.start >= segment_start:
+                break
+            dropped += 1
+        self._data.delete_first(dropped)
+        if self._data.segments and self._data.segments[0].start != segment_start:
+            self._data.delete_all()
+        self._delete_index_below(checkpoint.begin_index)
+        self._install_begin_blank(begin_pos)
+
+    def _checkpoint_entry(self, checkpoint: Checkpoint) -> tuple[ScanStart, tuple[int, int, int]] | None:
+        """Start after the checkpoint's end entry if that entry checks out."""
+        index = checkpoint.end_index
+        try:
+            if index < checkpoint.begin_index:
+                raise CorruptLogError(f"end {index} is below begin {checkpoint.begin_index}")
+            record = INDEX_RECORD.unpack(self._index.read_across(index * INDEX_RECORD_SIZE, INDEX_RECORD_SIZE))
+            self._check_record(index, record)
+            magic, pos, size, _, term = record
+            header = verify_entry(self._data_bytes(pos, size), 0, None)
+            if (header.magic, header.pos, header.size, header.index, header.term) != record:
+                raise CorruptLogError(f"data header {header} disagrees with index record {record}")
+        except CorruptLogError as e:
+            log.warning("checkpoint entry %d does not check out (%s); scanning from the log start",
+                        index, e.message)
+            return None
+        return ScanStart(pos + size, index + 1, header.chain_crc, term), (index, term, header.chain_crc)
+
+    def _scan(self, start: ScanStart, known: tuple[int, int, int] | None,
+              checkpoint: Checkpoint | None) -> ScanResult:
+        """Walk entries forward from `start`, checking each, rewriting index records
+        that disagree with the data, until a clean end or the first bad entry."""
+        offset = start.offset
+        expected = start.next_index
+        chain = start.previous_chain_crc
+        last_term = start.previous_term
+        last_index, last_chain = (known[0], known[2]) if known else (None, 0)
+        first_index: int | None = None
+        min_repair_index = checkpoint.begin_index if checkpoint else 0
+        repairs = _IndexRepairs(self._index, min_repair_index)
+
+        def result(failure: str) -> ScanResult:
+            repairs.apply()
+            return ScanResult(offset, last_index, last_term, last_chain, first_index, failure)
+
+        while True:
+            segment = self._data.find(offset)
+            if segment is None:
+                return result("")
+            relative = offset - segment.start
+            if segment.end - offset < MIN_BLANK_LEN:
+                return result(f"{segment.end - offset} bytes left at the segment end, no BLANK record")
+            magic, size = BLANK.unpack_from(segment.read(relative, MIN_BLANK_LEN))
+            if magic == 0 and size == 0:
+                return result("")
+            if magic == MAGIC_BLANK:
+                leading = offset == self._data.first_start
+                if size < MIN_BLANK_LEN or offset + size > segment.end or not (leading or offset + size == segment.end):
+                    return result(f"bad BLANK record of size {size}")
+                offset += size
+                continue
+            if magic not in VALID_MAGICS:
+                return result(f"bad magic {magic}")
+            if size < HEADER_SIZE or size + MIN_BLANK_LEN > segment.end - offset:
+                return result(f"size {size} does not fit in the segment")
+            chunk = segment.read(relative, min(max(SCAN_CHUNK_BYTES, size), segment.end - offset - MIN_BLANK_LEN))
+            at = 0
+            while at + MIN_BLANK_LEN <= len(chunk):
+                magic, size = BLANK.unpack_from(chunk, at)
+                if magic not in VALID_MAGICS:
+                    break  # end, BLANK or damage: the outer loop looks at it
+                if at + size > len(chunk):
+                    break  # continues in the next chunk
+                try:
+                    header = verify_entry(chunk, at, chain)
+                except CorruptLogError as e:
+                    return result(e.message)
+                problem = _scan_problem(header, offset, expected, last_term)
+                if problem:
+                    return result(problem)
+                repairs.add(header)
+                if first_index is None:
+                    first_index = header.index
+                chain = last_chain = header.chain_crc
+                last_index, last_term, expected = header.index, header.term, header.index + 1
+                offset += header.size
+                at += header.size
+            repairs.apply()
+
+    def _settle(self, result: ScanResult, checkpoint: Checkpoint | None, from_log_start: bool) -> None:
+        """Judge where the scan stopped (torn tail or corruption), cut there, set the state."""
+        committed = checkpoint.committed_index if checkpoint else -1
+        flushed_position = checkpoint.flushed_position if checkpoint else 0
+        if checkpoint is not None:
+            begin = checkpoint.begin_index
+            self.before_begin_term = checkpoint.before_begin_term
+            self.before_begin_chain_crc = checkpoint.before_begin_chain_crc
+            if from_log_start and result.first_index is not None and result.first_index > begin:
+                raise CorruptLogError(f"the log starts at entry {result.first_index} but the checkpoint "
+                                      f"says it begins at {begin}: entries are missing")
+        else:
+            begin = result.first_index if result.first_index is not None else 0
+        end_index = result.last_index if result.last_index is not None else begin - 1
+        if result.failure:
+            failed_index = end_index + 1
+            if failed_index <= committed or result.end_offset < flushed_position:
+                raise CorruptLogError(
+                    f"entry {failed_index} at pos {result.end_offset}: {result.failure}; it is below the "
+                    f"committed/flushed point (committed {committed}, flushed up to pos {flushed_position}), "
+                    f"refusing to cut it")
+            log.warning("cutting a torn tail at entry %d, pos %d: %s", failed_index, result.end_offset,
+                        result.failure)
+        elif end_index < committed or result.end_offset < flushed_position:
+            raise CorruptLogError(
+                f"the log ends at entry {end_index} (pos {result.end_offset}) but the checkpoint says entries up "
+                f"to {committed} are committed and data is flushed up to pos {flushed_position}")
+        self._data.truncate(result.end_offset)
+        self._index.truncate((end_index + 1) * INDEX_RECORD_SIZE)
+        self._delete_index_below(begin)
+        self.ledger_begin_index = begin
+        if end_index < begin:
+            self._advance(end_index, self.before_begin_term, self.before_begin_chain_crc)
+        else:
+            self._advance(end_index, result.last_term, result.last_chain_crc)
+        self.flushed_index = end_index
+        self.flushed_position = self._data.write_position
+        self.committed_index = min(committed, end_index)
+        self._checkpoint_end_index = checkpoint.end_index if checkpoint else -1
+        log.info("opened %s: entries [%d, %d], committed %d, end term %d", self.base_dir, begin, end_index,
+                 self.committed_index, self.ledger_end_term)
+
+
+class _IndexRepairs:
+    """Index records recovery derives from the data, compared with what the index
+    files hold and rewritten (one pwrite per run) where they differ."""
+
+    def __init__(self, index: SegmentList, min_index: int) -> None:
+        self._index = index
+        self._min_index = min_index
+        self._first: int | None = None
+        self._records = bytearray()
+
+    def add(self, header: EntryHeader) -> None:
+        if header.index < self._min_index:
+            return
+        if self._first is None:
+            self._first = header.index
+        self._records += INDEX_RECORD.pack(header.magic, header.pos, header.size, header.index, header.term)
+
+    def apply(self) -> None:
+        if self._first is None:
+            return
+        offset = self._first * INDEX_RECORD_SIZE
+        first_start = self._index.first_start
+        records = memoryview(self._records)
+        if first_start is not None and offset < first_start:
+            # Records below the first index segment belong to deleted history.
+            skip = min(len(records), first_start - offset)
+            records, offset = records[skip:], offset + skip
+        if records and self._index.read_across(offset, len(records)) != records:
+            log.warning("rewriting index records %d..%d from the data", offset // INDEX_RECORD_SIZE,
+                        (offset + len(records)) // INDEX_RECORD_SIZE - 1)
+            self._index.ensure(offset, offset + len(records))
+            self._index.write(offset, records)
+        self._first = None
+        self._records = bytearray()
+
+
+def _scan_problem(header: EntryHeader, offset: int, expected: int | None, last_term: int) -> str:
+    index, term, pos = header.index, header.term, header.pos
+    if expected is not None and index != expected:
+        return f"index {index} where {expected} was expected"
+    if term < last_term:
+        return f"term {term} below the previous term {last_term}"
+    if pos != offset:
+        return f"pos field {pos} but the entry lies at {offset}"
+    return ""
+
+
+def _decode_run(data: bytes, first_index: int, count: int) -> list[DLedgerEntry]:
+    """Decode and CRC-check `count` back-to-back entries, chain links included."""
+    entries: list[DLedgerEntry] = []
+    view = memoryview(data)
+    at = 0
+    chain: int | None = None
+    for i in range(count):
+        header = verify_entry(data, at, chain)
+        if header.index != first_index + i:
+            raise CorruptLogError(f"entry {first_index + i}: data holds entry {header.index}")
+        body = bytes(view[at + HEADER_SIZE:at + header.size])
+        entries.append(DLedgerEntry(header.index, header.term, header.pos, header.magic, body,
+                                    header.body_crc, header.chain_crc))
+        chain = header.chain_crc
+        at += header.size
+    return entries
+
+
+def _sync_states(states: list[DirtyState]) -> None:
+    for state in states:
+        sync_dirty(state)
+
+
+def _disk_error(error: OSError) -> DLedgerError:
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DLedgerError(ResponseCode.DISK_FULL, f"no space left on the device: {error}")
+    return DLedgerError(ResponseCode.DISK_ERROR, f"write failed: {error}")
