@@ -85,7 +85,7 @@ async def committed_log(client: DLedgerClient, node: str) -> list[tuple[int, int
 
 
 async def test_leader_sigkill_loses_no_acknowledged_entry(tmp_path: Path):
-    cluster = ProcessCluster(tmp_path, extra=["--data-file-size", str(1 << 20)])
+    cluster = ProcessCluster(tmp_path, extra=["--data-file-size", str(1 << 20), "--max-entry-size", str(64 << 10)])
     for node in cluster.ids:
         cluster.start(node)
     client = DLedgerClient(list(cluster.addresses.values()), deadline_s=20.0)
@@ -114,12 +114,13 @@ async def test_leader_sigkill_loses_no_acknowledged_entry(tmp_path: Path):
             while not stop.is_set():
                 body = f"trickle-{n}".encode()
                 n += 1
+                invoked_at = time.monotonic()
                 try:
                     result = await client.append([body])
                 except DLedgerError:
                     continue  # outcome unknown: it may or may not be in the log
                 acked[result.first_index] = body
-                if killed_at:
+                if killed_at and invoked_at > killed_at:
                     after_kill.append(time.monotonic())
 
         task = asyncio.ensure_future(trickle())
