@@ -14,15 +14,16 @@ import logging
 import os
 import signal
 import sys
+
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cluster.metrics import NodeMetrics
 from dledger.config import DLedgerConfig
-from rpcgen import dledger_pb2 as pb
 from dledger.rpc.peer_client import GrpcTransport
 from dledger.rpc.service import DLedgerServicer
 from dledger.server import DLedgerServer
+from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
 
 log = logging.getLogger("dledger.node")

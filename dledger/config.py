@@ -85,6 +85,12 @@ class DLedgerConfig:
     max_push_batch_bytes: int = 1 << 20
     # In-flight entries per follower before the dispatcher waits (DLedger: 1000 requests).
     max_pending_entries_per_peer: int = 8192
+    # In-flight push calls per follower. DLedger sends every entry as soon as it
+    # is written; under load that is one RPC per entry. Capping the calls in
+    # flight makes entries that arrive meanwhile ride together on the next push
+    # (group commit on the wire), which is what keeps Python's per-call cost
+    # off the per-entry path.
+    max_inflight_pushes_per_peer: int = 2
     # A push with no answer after this is resent from the follower's watermark.
     push_timeout_s: float = 1.0
     # A commit-only push when idle, at most this often (DLedger: 1 s).

@@ -291,6 +291,7 @@ class EntryDispatcher:
         store, config = self.store, self.config
         sent = False
         while (self.in_flight_entries < config.max_pending_entries_per_peer
+               and len(self.in_flight) < config.max_inflight_pushes_per_peer
                and self.write_index <= store.ledger_end_index):
             lagging = store.ledger_end_index - self.acked_index > config.peer_push_throttle_lag
             if lagging and self.quota.wait_time(now) > 0:

@@ -605,17 +605,19 @@ class DLedgerFileStore:
         return self.flushed_index
 
     async def _flush_round(self) -> None:
+        # Only data segments are synced per round: index records past the
+        # checkpoint are rebuilt from the data by recovery, and the checkpoint
+        # syncs the index before it points at it. One fdatasync per round, not two.
         end_index, end_position, epoch = self.ledger_end_index, self._data.write_position, self._epoch
-        data_state, index_state = self._data.take_dirty(), self._index.take_dirty()
-        if data_state.segments or index_state.segments or data_state.directory or index_state.directory:
+        data_state = self._data.take_dirty()
+        if data_state.segments or data_state.directory:
             if self._executor is None:
                 raise DLedgerError(ResponseCode.DISK_ERROR, "the store is not open")
             loop = asyncio.get_running_loop()
             try:
-                await loop.run_in_executor(self._executor, _sync_states, [data_state, index_state])
+                await loop.run_in_executor(self._executor, sync_dirty, data_state)
             except BaseException:
                 self._data.restore_dirty(data_state)
-                self._index.restore_dirty(index_state)
                 raise
             self.fsync_count += 1
         # Nothing dirty means everything written up to the capture is already
@@ -959,11 +961,6 @@ def _decode_run(data: bytes, first_index: int, count: int) -> list[DLedgerEntry]
         chain = header.chain_crc
         at += header.size
     return entries
-
-
-def _sync_states(states: list[DirtyState]) -> None:
-    for state in states:
-        sync_dirty(state)
 
 
 def _disk_error(error: OSError) -> DLedgerError:
