@@ -42,6 +42,8 @@ TUNING_FLAGS: list[tuple[str, str, str, str]] = [
     ("--preferred-leader", "preferred_leader_id", "ID", "a node that takes leadership back whenever it can"),
     ("--retention", "retention_s", "SECONDS", "how long a segment is kept"),
     ("--preallocate", "preallocate", "true|false", "allocate segment files up front"),
+    ("--advertised-addresses", "advertised_addresses", "ID=HOST:PORT,...",
+     "where clients should connect to each node, when that differs from --peers (docker, proxies)"),
 ]
 
 
@@ -52,7 +54,9 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", metavar="DIR", help="directory for this node's files")
     parser.add_argument("--group", metavar="NAME", help="the DLedger group name (default: default)")
     parser.add_argument("--metrics-port", type=int, metavar="P",
-                        help="serve Prometheus metrics on 127.0.0.1:P")
+                        help="serve Prometheus metrics on HOST:P (see --metrics-host)")
+    parser.add_argument("--metrics-host", metavar="HOST",
+                        help="the interface metrics listen on (default 127.0.0.1; 0.0.0.0 in a container)")
     for flag, field_name, metavar, help_text in TUNING_FLAGS:
         parser.add_argument(flag, dest=field_name, metavar=metavar, help=help_text)
 
@@ -68,7 +72,8 @@ def config_from_args(args: argparse.Namespace) -> DLedgerConfig:
         if value is not None:
             values[name] = value
     if getattr(args, "metrics_port", None) is not None:
-        values["metrics_address"] = metrics_address_for_port(args.metrics_port)
+        values["metrics_address"] = metrics_address_for_port(args.metrics_port,
+                                                             getattr(args, "metrics_host", None) or "127.0.0.1")
     return build_config(values)
 
 
@@ -84,10 +89,10 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: {error.strerror}") from None
 
 
-def metrics_address_for_port(port: int) -> str:
+def metrics_address_for_port(port: int, host: str = "127.0.0.1") -> str:
     if not 0 < port < 65536:
         raise ConfigError(f"--metrics-port {port}: expected 1..65535")
-    return f"127.0.0.1:{port}"
+    return f"{host}:{port}"
 
 
 def build_config(values: dict[str, Any]) -> DLedgerConfig:
@@ -111,8 +116,8 @@ def build_config(values: dict[str, Any]) -> DLedgerConfig:
 
 def convert(name: str, value: Any, hint: Any) -> Any:
     """Coerce one value (a TOML value or a flag's string) to the field's type."""
-    if name == "peers":
-        return tuple(convert_peers(value))
+    if name in ("peers", "advertised_addresses"):
+        return tuple(convert_peers(value, name))
     if hint is FlushMode:
         try:
             return FlushMode(str(value).lower())
@@ -158,20 +163,20 @@ def convert_bool(name: str, value: Any) -> bool:
     raise ConfigError(f"{name}: expected true or false, got {value!r}")
 
 
-def convert_peers(value: Any) -> list[PeerAddress]:
+def convert_peers(value: Any, name: str = "peers") -> list[PeerAddress]:
     if isinstance(value, dict):
         value = ",".join(f"{peer_id}={address}" for peer_id, address in value.items())
     elif isinstance(value, (list, tuple)):
         value = ",".join(str(item) for item in value)
     elif not isinstance(value, str):
-        raise ConfigError(f"peers: expected ID=HOST:PORT,..., got {value!r}")
+        raise ConfigError(f"{name}: expected ID=HOST:PORT,..., got {value!r}")
     try:
         peers = parse_peers(value)
     except ValueError as error:
-        raise ConfigError(f"peers: {error}") from None
+        raise ConfigError(f"{name}: {error}") from None
     for peer in peers:
         if not peer.id:
-            raise ConfigError(f"peers: empty id in {value!r}")
+            raise ConfigError(f"{name}: empty id in {value!r}")
         if not 0 < peer.port < 65536:
-            raise ConfigError(f"peers: {peer.id} port {peer.port} is out of range")
+            raise ConfigError(f"{name}: {peer.id} port {peer.port} is out of range")
     return peers

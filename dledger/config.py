@@ -121,6 +121,13 @@ class DLedgerConfig:
     retention_check_interval_s: float = 10.0
     disk_full_ratio: float = 0.90         # above this the node refuses appends (DISK_FULL)
 
+    # ---- what clients are told. Where a client should connect to reach node
+    # ID, when that differs from the address peers use (Kafka's
+    # advertised.listeners): inside docker compose peers talk to `n1:20911`
+    # while a client on the host must use the published `127.0.0.1:20912`;
+    # behind fault-injection proxies peers use the proxies, clients the node.
+    # Nodes missing here advertise their peer address.
+    advertised_addresses: tuple[PeerAddress, ...] = ()
     # ---- served on the side, reported in Metadata
     metrics_address: str = ""
 
@@ -145,6 +152,13 @@ class DLedgerConfig:
                 return p.address
         return ""
 
+    def client_address_of(self, peer_id: str) -> str:
+        """The address a client should use for node `peer_id`."""
+        for p in self.advertised_addresses:
+            if p.id == peer_id:
+                return p.address
+        return self.address_of(peer_id)
+
     def validate(self) -> None:
         self.self_peer  # raises when missing
         if not (0 < self.election_timeout_min_s <= self.election_timeout_max_s):
@@ -155,4 +169,7 @@ class DLedgerConfig:
             raise ValueError("max_entry_size must fit in one data file")
         if self.index_file_size % 32:
             raise ValueError("index_file_size must be a multiple of 32")
+        unknown = {p.id for p in self.advertised_addresses} - set(self.peer_ids)
+        if unknown:
+            raise ValueError(f"advertised addresses for unknown nodes: {', '.join(sorted(unknown))}")
 

@@ -71,7 +71,7 @@ class MemberState:
 
     @property
     def leader_address(self) -> str:
-        return self.config.address_of(self.leader_id) if self.leader_id else ""
+        return self.config.client_address_of(self.leader_id) if self.leader_id else ""
 
     def leader_is_alive(self) -> bool:
         """True while a leader of this term was heard within the minimum election

@@ -255,9 +255,10 @@ class DLedgerServer:
             if ms.is_leader and self.pusher is not None:
                 mark = (store.flushed_index if peer.id == self.config.self_id
                         else self.pusher.quorum.watermark(ms.term, peer.id))
-                peers.append(PeerStatus(peer.id, peer.address, mark, store.ledger_end_index - mark))
+                peers.append(PeerStatus(peer.id, self.config.client_address_of(peer.id), mark,
+                                        store.ledger_end_index - mark))
             else:
-                peers.append(PeerStatus(peer.id, peer.address, -1, -1))
+                peers.append(PeerStatus(peer.id, self.config.client_address_of(peer.id), -1, -1))
         return NodeStatus(
             group=self.config.group, self_id=self.config.self_id, role=ms.role.value, term=ms.term,
             leader_id=ms.leader_id, leader_address=ms.leader_address,

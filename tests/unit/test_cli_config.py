@@ -50,6 +50,19 @@ def test_flags_build_a_config_with_the_metrics_address_on_loopback(tmp_path):
     assert config.flush_mode is FlushMode.SYNC
 
 
+def test_advertised_addresses_and_metrics_host_for_containers(tmp_path):
+    config = node_args("--id", "n1", "--peers", "n0=n0:20911,n1=n1:20911,n2=n2:20911",
+                       "--data-dir", str(tmp_path), "--metrics-port", "21011", "--metrics-host", "0.0.0.0",
+                       "--advertised-addresses", "n0=127.0.0.1:20911,n1=127.0.0.1:20912")
+    assert config.self_peer.address == "n1:20911"          # where it listens and peers call it
+    assert config.client_address_of("n1") == "127.0.0.1:20912"
+    assert config.client_address_of("n2") == "n2:20911"    # not advertised: the peer address
+    assert config.metrics_address == "0.0.0.0:21011"
+    with pytest.raises(ConfigError, match="unknown nodes: n9"):
+        node_args("--id", "n1", "--peers", PEERS, "--data-dir", str(tmp_path),
+                  "--advertised-addresses", "n9=127.0.0.1:1")
+
+
 def test_tuning_flags_are_converted_to_the_field_types(tmp_path):
     config = node_args("--id", "n0", "--peers", PEERS, "--data-dir", str(tmp_path),
                        "--flush-mode", "ASYNC", "--data-file-size", "67108864",

@@ -48,6 +48,23 @@ async def test_follower_refuses_appends_and_names_the_leader(cluster: Cluster):
     assert e.value.code is ResponseCode.NOT_LEADER and e.value.leader_id == leader
 
 
+async def test_clients_are_told_the_advertised_address_of_the_leader(tmp_path):
+    from dledger.config import PeerAddress
+    advertised = tuple(PeerAddress(f"n{i}", "client.example", 40000 + i) for i in range(3))
+    c = Cluster(str(tmp_path), advertised_addresses=advertised)
+    await c.start()
+    try:
+        leader = await c.wait_leader()
+        follower = next(n for n in c.servers if n != leader)
+        with pytest.raises(DLedgerError) as e:
+            await c.servers[follower].append([b"x"])
+        assert e.value.leader_address == f"client.example:{40000 + int(leader[1:])}"
+        status = c.servers[follower].status()
+        assert {p.address for p in status.peers} == {f"client.example:{40000 + i}" for i in range(3)}
+    finally:
+        await c.stop()
+
+
 async def test_split_vote_resolves_to_a_single_leader(tmp_path):
     # Four nodes, one down: two candidates that start together split the two
     # live voters' votes (each votes for itself) and must retry.
