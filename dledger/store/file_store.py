@@ -51,6 +51,7 @@ from dledger.store.segment_list import ZERO_FILL_BYTES, DirtyState, SegmentList,
 log = logging.getLogger(__name__)
 
 _CRC = struct.Struct(">I")
+_MAGIC = struct.Struct(">i")
 _HEADER_CRC_FIELD = 36   # chain_crc lives at [36, 40), body_crc at [40, 44)
 # Recovery reads data in chunks of this size (or one whole entry when larger).
 SCAN_CHUNK_BYTES = 4 << 20
@@ -170,9 +171,10 @@ class DLedgerFileStore:
 
     # ================================================================= leader
 
-    def append_as_leader(self, bodies: Sequence[bytes], term: int,
-                         magic: int = MAGIC_NORMAL) -> list[tuple[int, int]]:
+    def append_as_leader(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL,
+                         magics: Sequence[int] | None = None) -> list[tuple[int, int]]:
         """Write `bodies` as entries ledger_end_index+1.. of `term`; returns [(index, pos)].
+        Every entry gets `magic`, or its own from `magics` when given.
         One buffer, one pwrite per segment touched, one for the index records; no fsync."""
         self._check_writable()
         if term < self.ledger_end_term:
@@ -187,7 +189,8 @@ class DLedgerFileStore:
             BLANK.pack_into(buffer, blank_at - start, MAGIC_BLANK, self._segment_end(blank_at) - blank_at)
         records = bytearray(INDEX_RECORD_SIZE * len(bodies))
         first_index = self.ledger_end_index + 1
-        chain = self._encode_into(buffer, records, start, positions, bodies, first_index, term, magic,
+        chain = self._encode_into(buffer, records, start, positions, bodies, first_index, term,
+                                  magics if magics is not None else [magic] * len(bodies),
                                   self.ledger_end_chain_crc)
         self._write(start, buffer, records)
         self._advance(first_index + len(bodies) - 1, term, chain)
@@ -216,7 +219,7 @@ class DLedgerFileStore:
 
     @staticmethod
     def _encode_into(buffer: bytearray, records: bytearray, start: int, positions: list[int],
-                     bodies: Sequence[bytes], first_index: int, term: int, magic: int,
+                     bodies: Sequence[bytes], first_index: int, term: int, magics: Sequence[int],
                      previous_chain_crc: int) -> int:
         """Fill headers, bodies and index records; returns the last chain CRC.
         This is the leader's per-entry hot loop, so it avoids all allocation
@@ -229,7 +232,7 @@ class DLedgerFileStore:
         chain = previous_chain_crc
         index = first_index
         record_at = 0
-        for pos, body in zip(positions, bodies):
+        for pos, body, magic in zip(positions, bodies, magics):
             at = pos - start
             body_size = len(body)
             size = HEADER_SIZE + body_size
@@ -534,6 +537,25 @@ class DLedgerFileStore:
                 used += entry.size
             index += count
         return entries
+
+    def indexes_with_magic(self, start_index: int, end_index: int, magic: int) -> list[int]:
+        """Indexes in [start_index, end_index] whose entry has `magic`, from the
+        32-byte index records alone (no entry data is read)."""
+        start = max(start_index, self.ledger_begin_index)
+        end = min(end_index, self.ledger_end_index)
+        wanted = _MAGIC.pack(magic)
+        found: list[int] = []
+        chunk = SCAN_CHUNK_BYTES // INDEX_RECORD_SIZE
+        while start <= end:
+            count = min(chunk, end - start + 1)
+            records = self._index.read_across(start * INDEX_RECORD_SIZE, count * INDEX_RECORD_SIZE)
+            for offset in range(0, len(records), INDEX_RECORD_SIZE):
+                if records[offset:offset + 4] == wanted:  # compare bytes; unpack only the hits
+                    record = INDEX_RECORD.unpack_from(records, offset)
+                    self._check_record(start + offset // INDEX_RECORD_SIZE, record)
+                    found.append(record[3])
+            start += count
+        return found
 
     def first_index_of_term(self, term: int, upto_index: int) -> int:
         """Smallest stored index <= upto_index with this term, or -1 when none."""
