@@ -11,7 +11,7 @@ import asyncio
 import logging
 import os
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable, Sequence
 
 from dledger.clock import Clock, MonotonicClock
 from dledger.config import DLedgerConfig
@@ -22,7 +22,7 @@ from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
 from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
 from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
-from dledger.store.file_store import DLedgerFileStore
+from dledger.store.file_store import AppendHook, DLedgerFileStore
 from dledger.transport import Transport
 from rpcgen import dledger_pb2 as pb
 
@@ -51,6 +51,9 @@ class DLedgerServer:
         # Retention keeps the entries after the table's last snapshot: a restart
         # replays their producer marks.
         self._producers_snapshot_index = -1
+        # Each returns the first index its owner (a state machine built on the
+        # log, such as the message store) still needs; retention keeps it.
+        self.retention_floors: list[Callable[[], int]] = []
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -113,6 +116,14 @@ class DLedgerServer:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._commit_waiters.append((index, waiter))
         await asyncio.wait_for(waiter, timeout)
+
+    def leader_ready_from(self) -> int | None:
+        """On a leader that takes appends: the index of the entry that opened its
+        term (a state machine above must have applied up to it before it serves
+        writes from its own state); None when this node cannot take appends."""
+        if self.pusher is None or not self.member_state.is_leader or not self.pusher.is_ready():
+            return None
+        return self.pusher.term_first_index
 
     def _peer_watermark(self, peer_id: str) -> int:
         assert self.pusher is not None
@@ -177,7 +188,11 @@ class DLedgerServer:
         return pb.LeadershipTransferResponse()
 
     # --------------------------------------------------------- client RPCs
-    async def append(self, bodies: list[bytes], producer_id: str = "", sequence: int = -1) -> AppendResult:
+    async def append(self, bodies: Sequence[bytes], producer_id: str = "", sequence: int = -1,
+                     prepare: AppendHook | None = None) -> AppendResult:
+        """Append through this node, which must be the leader; returns
+        (first index, last index, positions) once committed. See
+        DLedgerEntryPusher.append for `producer_id`, `sequence` and `prepare`."""
         _, pusher = self._require_started()
         check_producer_request(producer_id, sequence)
         if not bodies:
@@ -193,7 +208,7 @@ class DLedgerServer:
         if not self.member_state.is_leader:
             raise self._not_leader()
         started = self.clock.now()
-        result = await pusher.append(bodies, producer_id, sequence)
+        result = await pusher.append(bodies, producer_id, sequence, prepare)
         self.observer.on_append(self.clock.now() - started, len(bodies))
         return result
 
@@ -310,6 +325,8 @@ class DLedgerServer:
     def _retention_floor(self) -> int:
         """Never delete what is uncommitted, or what a follower we still hear from lacks."""
         floor = min(self.member_state.committed_index, self._producers_snapshot_index) + 1
+        for needed_from in self.retention_floors:
+            floor = min(floor, needed_from())
         if self.member_state.role is Role.LEADER and self.elector is not None and self.pusher is not None:
             now = self.clock.now()
             for peer in self.elector.peers:

@@ -29,7 +29,7 @@ from dledger.store.properties import write_atomic
 from dledger.transport import Transport
 
 if TYPE_CHECKING:
-    from dledger.store.file_store import DLedgerFileStore
+    from dledger.store.file_store import AppendHook, DLedgerFileStore
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +101,13 @@ class DLedgerEntryPusher:
         self._entries_appended()
 
     # ------------------------------------------------------------ appending
-    async def append(self, bodies: Sequence[bytes], producer_id: str = "", sequence: int = -1) -> AppendResult:
+    async def append(self, bodies: Sequence[bytes], producer_id: str = "", sequence: int = -1,
+                     prepare: AppendHook | None = None) -> AppendResult:
         """Append `bodies` and wait for their commit. With a producer id, a
         (producer_id, sequence) the log already holds is answered with its
-        original indexes instead of being appended again."""
+        original indexes instead of being appended again (and `prepare`, the
+        store's append hook, is not called). `prepare` gets the bodies'
+        positions before they are written."""
         self._check_can_append(len(bodies))
         if producer_id:
             appended = self._appended_before(producer_id, sequence)
@@ -112,10 +115,11 @@ class DLedgerEntryPusher:
                 return await self._wait_for(appended)
         ms = self.member_state
         if not producer_id:
-            return await self._wait_for_new(self.store.append_as_leader(bodies, ms.term))
+            return await self._wait_for_new(self.store.append_as_leader(bodies, ms.term, prepare=prepare))
         mark = encode_mark(producer_id, sequence, len(bodies))
-        placed = self.store.append_as_leader([mark, *bodies], ms.term,
-                                             magics=[MAGIC_PRODUCER_MARK] + [MAGIC_NORMAL] * len(bodies))
+        placed = self.store.append_as_leader(
+            [mark, *bodies], ms.term, magics=[MAGIC_PRODUCER_MARK] + [MAGIC_NORMAL] * len(bodies),
+            prepare=None if prepare is None else lambda positions: prepare(positions[1:]))
         self._term_appends[(producer_id, sequence)] = AppendedRange(placed[1][0], placed[-1][0])
         return await self._wait_for_new(placed[1:])
 
@@ -133,6 +137,11 @@ class DLedgerEntryPusher:
         if self.quorum.pending_entries() + count > self.config.max_pending_requests:
             raise DLedgerError(ResponseCode.LEADER_PENDING_FULL,
                                f"{self.quorum.pending_entries()} entries already wait for a quorum")
+
+    @property
+    def term_first_index(self) -> int:
+        """The index of the NOOP that opened this leader's term."""
+        return self._term_first_index
 
     def is_ready(self) -> bool:
         """A new leader takes appends only once the entry that opened its term

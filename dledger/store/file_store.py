@@ -26,7 +26,7 @@ import struct
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from dledger.config import DLedgerConfig
 from dledger.entry import (
@@ -49,6 +49,9 @@ from dledger.store.properties import read_properties, write_properties
 from dledger.store.segment_list import ZERO_FILL_BYTES, DirtyState, SegmentList, sync_dirty
 
 log = logging.getLogger(__name__)
+
+# Called with the positions of the entries about to be written (see append_as_leader).
+AppendHook = Callable[[list[int]], None]
 
 _CRC = struct.Struct(">I")
 _MAGIC = struct.Struct(">i")
@@ -172,10 +175,15 @@ class DLedgerFileStore:
     # ================================================================= leader
 
     def append_as_leader(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL,
-                         magics: Sequence[int] | None = None) -> list[tuple[int, int]]:
+                         magics: Sequence[int] | None = None,
+                         prepare: AppendHook | None = None) -> list[tuple[int, int]]:
         """Write `bodies` as entries ledger_end_index+1.. of `term`; returns [(index, pos)].
-        Every entry gets `magic`, or its own from `magics` when given.
-        One buffer, one pwrite per segment touched, one for the index records; no fsync."""
+        Every entry gets `magic`, or its own from `magics` when given. `prepare`
+        is called with every entry's position once they are known and before
+        anything is encoded, so it may fill position-derived fields into the
+        bodies in place (DLedger's AppendHook: RocketMQ's physical offset); it
+        must not change their sizes. One buffer, one pwrite per segment
+        touched, one for the index records; no fsync."""
         self._check_writable()
         if term < self.ledger_end_term:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
@@ -184,6 +192,11 @@ class DLedgerFileStore:
             return []
         start = self._data.write_position
         positions, blanks, end = self._plan_positions(start, bodies)
+        if prepare is not None:
+            sizes = [len(body) for body in bodies]
+            prepare(positions)
+            if [len(body) for body in bodies] != sizes:
+                raise DLedgerError(ResponseCode.INTERNAL_ERROR, "an append hook changed the size of a body")
         buffer = bytearray(end - start)  # zeros: BLANK padding needs only its 8-byte header
         for blank_at in blanks:
             BLANK.pack_into(buffer, blank_at - start, MAGIC_BLANK, self._segment_end(blank_at) - blank_at)
@@ -445,6 +458,22 @@ class DLedgerFileStore:
     def get(self, index: int) -> DLedgerEntry:
         self._check_range(index)
         return self._read_verified(index)
+
+    def get_at_position(self, pos: int) -> DLedgerEntry:
+        """The entry whose header starts at data position `pos` (RocketMQ reads
+        a message by its physical offset, pos + 48). CRC-checked; the caller
+        decides whether the entry is committed."""
+        segment = self._data.find(pos)
+        if pos < 0 or pos >= self._data.write_position or segment is None or \
+                pos + HEADER_SIZE > segment.end:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"no entry at position {pos}")
+        magic, size = BLANK.unpack_from(segment.read(pos - segment.start, MIN_BLANK_LEN))
+        if magic not in VALID_MAGICS or size < HEADER_SIZE or pos + size > segment.end:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"position {pos} is not the start of an entry")
+        entry = entry_from_bytes(segment.read(pos - segment.start, size))
+        if entry.pos != pos or not self.ledger_begin_index <= entry.index <= self.ledger_end_index:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"position {pos} is not the start of a live entry")
+        return entry
 
     def term_at(self, index: int) -> int:
         if index == self.ledger_end_index:
