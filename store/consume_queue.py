@@ -62,7 +62,7 @@ class GetStatus(enum.Enum):
 
     FOUND = "FOUND"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"      # units were scanned, none had a wanted tag
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"    # the queue has never held a unit
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"    # the queue is empty and starts at offset 0
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"          # moved: retention deleted it, next_offset is the minimum
     OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"    # at the end: nothing new yet
     OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # past the end, next_offset is the end
