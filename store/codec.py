@@ -25,9 +25,9 @@ integers are big-endian; positions are from the start of the record:
 QUEUEOFFSET and PHYSICALOFFSET are known only once the record is placed, so
 `patch_offsets` fills them in place; the body CRC does not cover them.
 
-The lead's own "system entries" share the log: they start with TOTALSIZE and a
-magic code of their own, so `peek_magic` tells them apart and `decode` refuses
-any magic that is not a message magic.
+System entries (replicated metadata) share the log with messages: they start
+with TOTALSIZE and a magic code of their own, so `peek_magic` tells them apart
+and `decode` refuses any magic that is not a message magic.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import struct
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from store import message_const as mc
 from store.errors import MessageDecodeError, MessageEncodeError, PropertiesTooLargeError
@@ -124,9 +124,14 @@ class MessageExt:
         return self.properties.get(mc.TAGS)
 
     @property
-    def keys(self) -> list[str]:
-        """The KEYS property split on spaces, empty keys dropped (as IndexService does)."""
-        return [key for key in self.properties.get(mc.KEYS, "").split(mc.KEY_SEPARATOR) if key]
+    def keys(self) -> str | None:
+        """The raw KEYS property, space separated (RocketMQ's Message.getKeys)."""
+        return self.properties.get(mc.KEYS)
+
+    @property
+    def key_list(self) -> list[str]:
+        """KEYS split on spaces, empty keys dropped (as the IndexService splits them)."""
+        return [key for key in (self.keys or "").split(mc.KEY_SEPARATOR) if key]
 
     @property
     def uniq_key(self) -> str | None:
@@ -239,6 +244,8 @@ def encode(message: MessageExt) -> bytes:
         raise MessageEncodeError(f"topic is {len(topic)} bytes, longer than {MAX_TOPIC_LENGTH}")
     properties = encode_properties(message.properties)
     body = message.body
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise MessageEncodeError(f"the body must be bytes, got {type(body).__name__}")
     born_host = message.born_host.packed()
     store_host = message.store_host.packed()
     sys_flag = message.sys_flag & ~_V6_BITS
@@ -312,14 +319,16 @@ def peek_magic(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:
     """The magic code (the int32 after TOTALSIZE) of the record at `offset`, as a signed int."""
     if offset < 0 or len(buf) - offset < 8:
         raise MessageDecodeError(f"truncated record: fewer than 8 bytes at offset {offset}")
-    return _SIZE_AND_MAGIC.unpack_from(buf, offset)[1]
+    magic: int = _SIZE_AND_MAGIC.unpack_from(buf, offset)[1]
+    return magic
 
 
 def peek_total_size(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:
     """TOTALSIZE of the record at `offset`, whatever its magic."""
     if offset < 0 or len(buf) - offset < 4:
         raise MessageDecodeError(f"truncated record: fewer than 4 bytes at offset {offset}")
-    return _SIZE_AND_MAGIC.unpack_from(buf, offset)[0]
+    total_size: int = _SIZE_AND_MAGIC.unpack_from(buf, offset)[0]
+    return total_size
 
 
 def _bad_magic(magic: int, offset: int) -> str:
@@ -333,7 +342,12 @@ def _truncated(offset: int, what: str) -> MessageDecodeError:
     return MessageDecodeError(f"truncated message at offset {offset}: {what}")
 
 
-def _parse(buf: bytes | bytearray | memoryview, offset: int) -> tuple:
+# Fixed fields before the body, fixed fields after it, then the positions of
+# body start, body length, topic start, topic length, properties start, record end.
+_Layout = tuple[tuple[Any, ...], tuple[Any, ...], int, int, int, int, int, int]
+
+
+def _parse(buf: bytes | bytearray | memoryview, offset: int) -> _Layout:
     """Check the framing of the record at `offset` and return its fixed fields
     and the positions of body, topic and properties. One struct call for each
     fixed part; no copies."""

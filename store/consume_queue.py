@@ -21,7 +21,7 @@ import enum
 import os
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import Final
 
@@ -45,7 +45,9 @@ _INT32_MAX = (1 << 31) - 1
 _HIGH_BIT = re.compile(rb"[\x80-\xff]")
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass costs several times more to build, and a read
+# builds one per unit.
+@dataclass(slots=True)
 class CqUnit:
     """One ConsumeQueue unit and the queue offset it sits at."""
 
@@ -60,13 +62,13 @@ class GetStatus(enum.Enum):
 
     FOUND = "FOUND"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"      # units were scanned, none had a wanted tag
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"    # the queue has never held a unit
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"    # the queue is empty and starts at offset 0
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"          # moved: retention deleted it, next_offset is the minimum
     OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"    # at the end: nothing new yet
     OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # past the end, next_offset is the end
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GetResult:
     status: GetStatus
     units: list[CqUnit]
@@ -224,7 +226,8 @@ class ConsumeQueue:
         return expired
 
     def _last_phys_of(self, mapped: MappedFile) -> int:
-        return _UNIT.unpack(mapped.read(mapped.size - CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE))[0]
+        phys_offset: int = _UNIT.unpack(mapped.read(mapped.size - CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE))[0]
+        return phys_offset
 
     def _lower_bound(self, phys_offset: int, low: int) -> int:
         """The first queue offset in [low, max_offset) whose unit's commit log
@@ -241,7 +244,7 @@ class ConsumeQueue:
 
     # --- reads -------------------------------------------------------------------
 
-    def get(self, queue_offset: int, max_count: int, tag_hashes: set[int] | None = None,
+    def get(self, queue_offset: int, max_count: int, tag_hashes: Set[int] | None = None,
             max_scan: int = DEFAULT_MAX_FILTER_UNITS) -> GetResult:
         """Up to `max_count` units from `queue_offset` on; with `tag_hashes`,
         only units whose tag hash is in the set, looking at no more than

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ ITEMS = 6  # item 0 is unused: 5 keys per file
 T0 = 1_700_000_000_000  # ms
 
 
-def fixed_clock(ms: int = T0) -> "callable[[], float]":  # type: ignore[valid-type]
+def fixed_clock(ms: int = T0) -> Callable[[], float]:
     return lambda: ms / 1000
 
 

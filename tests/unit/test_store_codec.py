@@ -58,7 +58,7 @@ def test_round_trip_keeps_every_field_and_property():
     assert decoded.store_size == len(record)
     assert decoded.body_crc == body_crc(message.body)
     assert decoded.tags == "TagA"
-    assert decoded.keys == ["order-1", "order-2"]
+    assert decoded.keys == "order-1 order-2" and decoded.key_list == ["order-1", "order-2"]
     assert decoded.uniq_key == "01" + "AB" * 16
 
 
