@@ -14,25 +14,13 @@ from dataclasses import dataclass
 
 from broker.errors import BrokerError
 from broker.validation import contains_control_character
+from store.java_hash import tag_hash_code
 from rpcgen.apache.rocketmq.v2 import definition_pb2
 from rpcgen.apache.rocketmq.v2.definition_pb2 import FilterType
 
 SUBSCRIBE_ALL = "*"
 ALTERNATIVE_SEPARATOR = "||"
 SUPPORTED = "supported: '*', 'TagA' or 'TagA || TagB'"
-
-
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode(): what RocketMQ stores as a message's tags code.
-
-    Computed over UTF-16 code units and wrapped to a signed 32-bit int, so that
-    tags outside the BMP hash as they do in RocketMQ's files.
-    """
-    data = text.encode("utf-16-be")
-    value = 0
-    for i in range(0, len(data), 2):
-        value = (31 * value + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return value - (1 << 32) if value >= 1 << 31 else value
 
 
 @dataclass(frozen=True)
@@ -44,7 +32,7 @@ class TagFilter:
 
     @classmethod
     def of(cls, tags: frozenset[str]) -> TagFilter:
-        return cls(tags, frozenset(java_string_hash(t) for t in tags))
+        return cls(tags, frozenset(tag_hash_code(t) for t in tags))
 
     @property
     def matches_all(self) -> bool:

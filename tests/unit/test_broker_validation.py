@@ -8,7 +8,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from broker import validation as v
 from broker.errors import BrokerError
-from broker.filter_expression import MATCH_ALL, java_string_hash, parse_filter_expression
+from broker.filter_expression import MATCH_ALL, parse_filter_expression
+from store.java_hash import java_string_hash
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 
 
