@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 # A pull returns at most this many bytes of messages (RocketMQ:
 # maxTransferBytesOnMessageInMemory 256 KiB; we allow a 4 MiB message through).
 DEFAULT_MAX_PULL_BYTES = 4 << 20
+READY_POLL_S = 0.005
 
 
 @dataclass
@@ -226,13 +227,23 @@ class MessageStore:
         reput = self._require_started()[0]
         if reput.failure is not None:
             raise reput.failure
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.ready_wait_s
+        ms = self.server.member_state
         ready_from = self.server.leader_ready_from()
+        # A leader just elected takes a moment to commit the entry opening its term.
+        while ready_from is None and ms.is_leader and loop.time() < deadline:
+            await asyncio.sleep(READY_POLL_S)
+            ready_from = self.server.leader_ready_from()
         if ready_from is None:
-            ms = self.server.member_state
+            if ms.is_leader:
+                raise StoreUnavailableError(f"{self.server.config.self_id} leads term {ms.term} but has not "
+                                            f"committed its first entry yet")
             where = f"the leader is {ms.leader_id} at {ms.leader_address}" if ms.leader_id else "no leader yet"
             raise StoreUnavailableError(f"{self.server.config.self_id} is not the leader; {where}",
                                         ms.leader_id, ms.leader_address)
-        if reput.applied_index < ready_from and not await reput.wait_applied(ready_from, self.config.ready_wait_s):
+        remaining = max(0.0, deadline - loop.time())
+        if reput.applied_index < ready_from and not await reput.wait_applied(ready_from, remaining):
             raise StoreUnavailableError(f"this new leader is still applying the log (at {reput.applied_index}, "
                                         f"its term starts at {ready_from})")
         return ready_from
