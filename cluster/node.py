@@ -97,8 +97,10 @@ class Node:
         self.metrics.bind(self.server.status, asyncio.get_running_loop())
         self.store = MessageStore(MessageStoreConfig(store_dir=os.path.join(config.data_dir, "store")),
                                   self.server, store_host(config))
-        await self.store.start()
+        # The broker registers its state machines with the store before the
+        # store replays the log into them.
         self.broker = Broker(broker_config(config), self.store, self.server)
+        await self.store.start()
         await self.broker.start()
         messaging_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.broker), self.grpc_server)
         await self.grpc_server.start()

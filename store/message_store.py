@@ -86,6 +86,14 @@ class MessageStore:
         self.started = False
 
     # ============================================================== lifecycle
+    def add_manager(self, manager: ConfigManager) -> None:
+        """A state machine of the broker's that is fed its kinds of system
+        entries and snapshotted like topics.json (see ConfigManager). Add it
+        before start(): it is loaded from its file and replayed with the rest."""
+        if self.started:
+            raise RuntimeError("add managers before the store starts: they must be replayed from its checkpoint")
+        self.managers.append(manager)
+
     def register_handler(self, handler: SystemEntryHandler) -> None:
         """A state machine of the broker's fed with its kinds of system entries."""
         self._extra_handlers.append(handler)
