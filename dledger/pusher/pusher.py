@@ -26,6 +26,7 @@ from dledger.pusher.handler import EntryHandler
 from dledger.producer_table import AppendedRange, ProducerTable, decode_mark, encode_mark
 from dledger.pusher.quorum import PendingAppend, QuorumAckChecker
 from dledger.transport import Transport
+from dledger.waiting import wait_event
 
 if TYPE_CHECKING:
     from dledger.store.file_store import AppendHook, DLedgerFileStore
@@ -286,10 +287,7 @@ class DLedgerEntryPusher:
         while True:
             deadline = self.quorum.next_deadline()
             timeout = None if deadline is None else max(0.0, deadline - self.clock.now())
-            try:
-                await asyncio.wait_for(self._checker_wakeup.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._checker_wakeup, timeout)
             self._checker_wakeup.clear()
             self.check_quorum()
             self.quorum.expire(self.clock.now())
