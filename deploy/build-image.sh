@@ -18,11 +18,13 @@ BASE_IMAGE=${BASE_IMAGE:-python:3.11-slim}
 LOCAL_BASE_IMAGE=${LOCAL_BASE_IMAGE:-pydledger-base:python3.11-bookworm}
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE=${IMAGE:-pydledger:$VERSION}
+# Also tag pydledger:latest, which deploy/docker-compose.yml runs by default.
+TAG_LATEST=${TAG_LATEST:-yes}
 INSTALL_STAGE_IMAGE=pydledger-build:install
 CONTEXT=build/image
 WHEELS=$CONTEXT/wheels
 # How long a pull may take before we call the registry unreachable.
-PULL_TIMEOUT_S=${PULL_TIMEOUT_S:-120}
+PULL_TIMEOUT_S=${PULL_TIMEOUT_S:-60}
 
 say() { echo "image: $*" >&2; }
 
@@ -67,14 +69,16 @@ main() {
     say "building $IMAGE on $base"
     # The install stage is tagged too: untagged, it would be pruned below
     # with the build cache that makes the next build take seconds.
-    for target in "--target install --tag $INSTALL_STAGE_IMAGE" "--tag $IMAGE --tag pydledger:latest"; do
+    local tags="--tag $IMAGE"
+    [ "$TAG_LATEST" = yes ] && tags="$tags --tag pydledger:latest"
+    for target in "--target install --tag $INSTALL_STAGE_IMAGE" "$tags"; do
         # shellcheck disable=SC2086 # $target is two or four words
         docker build --quiet --network none --file deploy/Dockerfile \
             --build-arg BASE_IMAGE="$base" $target "$CONTEXT" >/dev/null
     done
     # The images these replaced (untagged now) are of no further use.
     docker image prune --force --filter label=io.pydledger.stage >/dev/null
-    say "built $IMAGE (also pydledger:latest) in $((SECONDS - started)) s"
+    say "built $IMAGE$([ "$TAG_LATEST" = yes ] && echo " (also pydledger:latest)") in $((SECONDS - started)) s"
 }
 
 main
