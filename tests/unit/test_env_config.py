@@ -1,13 +1,18 @@
 """A node's configuration from DLEDGER_ environment variables (the container
-entry point): which source wins, and errors that name the variable."""
+entry point): which source wins, and errors that name the variable; and the
+container's health check, which reads the same variables."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from cluster.config import ConfigError, add_node_arguments, config_from_args
+from cluster.healthcheck import SERVICE, check, own_address
 from dledger.config import DLedgerConfig, FlushMode
 
 PEERS = "n0=n0:20911,n1=n1:20911,n2=n2:20911"
@@ -121,3 +126,30 @@ def test_a_flag_does_not_rescue_a_bad_variable():
 def test_missing_settings_name_the_variable_too():
     with pytest.raises(ConfigError, match="missing --peers \\(or DLEDGER_PEERS"):
         node_config({"DLEDGER_ID": "n0", "DLEDGER_DATA_DIR": "d"})
+
+
+# ------------------------------------------------------ container health check
+
+def test_the_health_check_asks_loopback_on_the_port_the_node_listens_on():
+    assert own_address(CONTAINER_ENV) == "127.0.0.1:20911"
+    assert own_address({**CONTAINER_ENV, "DLEDGER_LISTEN_ADDRESS": "0.0.0.0:30000"}) == "127.0.0.1:30000"
+    without_listen = {k: v for k, v in CONTAINER_ENV.items() if k != "DLEDGER_LISTEN_ADDRESS"}
+    assert own_address({**without_listen, "DLEDGER_PEERS": "n0=a:1,n1=b:2,n2=c:3"}) == "127.0.0.1:2"
+    assert own_address({}) == "127.0.0.1:20911"  # configured by flags it cannot see
+
+
+async def test_the_health_check_passes_only_while_the_node_serves():
+    server = grpc.aio.server()
+    servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    try:
+        await servicer.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        assert await asyncio.to_thread(check, address) == (True, f"{address}: SERVING")
+        await servicer.enter_graceful_shutdown()
+        assert await asyncio.to_thread(check, address) == (False, f"{address}: NOT_SERVING")
+    finally:
+        await server.stop(None)
+    healthy, message = await asyncio.to_thread(check, address, 1.0)
+    assert not healthy and "UNAVAILABLE" in message
