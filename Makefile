@@ -19,7 +19,7 @@ run: $(STAMP)
 	$(VENV)/bin/dledger cluster up --nodes 3 --data-dir ./data --base-port 20911
 
 test: $(STAMP) check-proto
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs
 
 # Regenerate rpcgen/ from proto/. The generated files are committed.
 proto: $(STAMP)

@@ -48,7 +48,8 @@ def docker_unavailable_reason() -> str | None:
     except subprocess.TimeoutExpired:
         return "docker info timed out"
     if info.returncode != 0:
-        return f"no Docker engine reachable ({info.stderr.strip().splitlines()[-1:]})"
+        last_line = (info.stderr.strip().splitlines() or [f"exit code {info.returncode}"])[-1]
+        return f"no Docker engine reachable (docker info: {last_line})"
     if compose_command() is None:
         return "neither `docker compose` nor `docker-compose` is installed"
     return None
