@@ -75,6 +75,10 @@ def build_image(tag: str) -> float:
 @dataclass
 class ComposeProject:
     image: str
+    # `DLEDGER_` settings for every node on top of the compose file's, through
+    # an override file (compose's own mechanism), e.g. smaller segment files.
+    node_env: dict[str, str] = field(default_factory=dict)
+    override_dir: Path | None = None
     name: str = field(default_factory=lambda: f"pydledger-e2e-{os.getpid()}-{secrets.token_hex(3)}")
     ports: dict[str, int] = field(default_factory=dict)          # node id -> published gRPC port
     metrics_ports: dict[str, int] = field(default_factory=dict)  # node id -> published metrics port
@@ -84,6 +88,13 @@ class ComposeProject:
         command = compose_command()
         assert command is not None
         self.command = command + ["--project-name", self.name, "--file", str(COMPOSE_FILE)]
+        if self.node_env:
+            assert self.override_dir is not None, "node_env needs a directory for the override file"
+            override = self.override_dir / f"{self.name}.override.yml"
+            # JSON is YAML, and needs no YAML library here.
+            override.write_text(json.dumps({"services": {node: {"environment": self.node_env}
+                                                         for node in NODE_IDS}}, indent=2))
+            self.command += ["--file", str(override)]
         ports = free_ports(2 * len(NODE_IDS))
         self.ports = dict(zip(NODE_IDS, ports))
         self.metrics_ports = dict(zip(NODE_IDS, ports[len(NODE_IDS):]))
