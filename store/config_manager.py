@@ -66,13 +66,25 @@ class ConfigManager:
             raise CorruptFileError(f"neither {self.path} nor its .bak can be read")
 
     def persist(self, force: bool = False) -> bool:
-        """Write the file if anything was applied since the last write: temp
-        file, fsync, the old file becomes .bak, rename. Returns whether it wrote."""
-        if self.applied_index == self._persisted_index and not force:
+        """Write the file if anything was applied since the last write. Returns whether it wrote."""
+        snapshot = self.snapshot(force)
+        if snapshot is None:
             return False
+        self.write(*snapshot)
+        return True
+
+    def snapshot(self, force: bool = False) -> tuple[bytes, int] | None:
+        """The file's content and the index it covers, or None when nothing
+        changed. Runs where the state changes (the event loop); `write` may
+        then run in a worker thread."""
+        if self.applied_index == self._persisted_index and not force:
+            return None
         data = self.encode()
         data["appliedIndex"] = self.applied_index
-        text = json.dumps(data, indent=2, sort_keys=True).encode("utf-8")
+        return json.dumps(data, indent=2, sort_keys=True).encode("utf-8"), self.applied_index
+
+    def write(self, text: bytes, applied_index: int) -> None:
+        """Temp file, fsync, the old file becomes .bak, rename, fsync the directory."""
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         tmp = self.path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -87,5 +99,4 @@ class ConfigManager:
             os.replace(self.path, self.path + ".bak")
         os.replace(tmp, self.path)
         fsync_dir(os.path.dirname(self.path))
-        self._persisted_index = self.applied_index
-        return True
+        self._persisted_index = applied_index

@@ -42,6 +42,10 @@ RECOVER_FILES: Final = 3
 _UNIT = struct.Struct(">qiq")
 _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
+# RocketMQ's fillPreBlank unit: fills a queue's first file below its first
+# real unit when the queue starts above offset 0. Never a message (commit log
+# offsets are > 0), and never the zero unit that marks the end.
+BLANK_UNIT = _UNIT.pack(0, _INT32_MAX, 0)
 _HIGH_BIT = re.compile(rb"[\x80-\xff]")
 
 
@@ -195,6 +199,20 @@ class ConsumeQueue:
                     f"(phys {old[0]}, size {old[1]}, tag hash {old[2]}), not (phys {new[0]}, size {new[1]}, "
                     f"tag hash {new[2]})")
 
+    def restart_at(self, queue_offset: int) -> None:
+        """Drop every file and make the queue begin, empty, at `queue_offset`.
+        For a replica whose log no longer holds this queue's earlier messages
+        (retention, or a log reset to the leader's first entry): the next put
+        is then `queue_offset`, and min_offset stays there across restarts."""
+        if queue_offset < 0:
+            raise ConsumeQueueError(f"{self._name()}: cannot start at negative offset {queue_offset}")
+        self._files.delete_all()
+        file_start = queue_offset - queue_offset % self.units_per_file
+        if queue_offset > file_start:
+            self._files.write(file_start * CQ_STORE_UNIT_SIZE, BLANK_UNIT * (queue_offset - file_start))
+        self._min = self._max = queue_offset
+        self._last_phys = 0
+
     def truncate_from_phys(self, phys_offset: int) -> int:
         """Drop every unit whose commit log offset is >= `phys_offset`, so the
         queue never points past the committed log. Returns how many were dropped."""
@@ -286,10 +304,13 @@ class ConsumeQueue:
         files = self._files.files
         if not files:
             return
-        end = files[0].start
+        # A queue started above 0 (restart_at) has pre-blank units first.
+        blanks = _leading_blanks(files[0].read(0, files[0].size))
+        end = files[0].start + blanks * CQ_STORE_UNIT_SIZE
         for mapped in files[max(0, len(files) - RECOVER_FILES):]:
             data = mapped.read(0, mapped.size)
-            valid = _valid_prefix(data)
+            skip = blanks if mapped is files[0] else 0
+            valid = skip + _valid_prefix(data[skip * CQ_STORE_UNIT_SIZE:])
             end = mapped.start + valid * CQ_STORE_UNIT_SIZE
             if valid < self.units_per_file:
                 used = len(data.rstrip(b"\0"))
@@ -299,7 +320,7 @@ class ConsumeQueue:
                     self._files.zero(end, mapped.start + used)
                 break
         self._files.delete_files_after(end)
-        self._min = files[0].start // CQ_STORE_UNIT_SIZE
+        self._min = files[0].start // CQ_STORE_UNIT_SIZE + blanks
         self._max = end // CQ_STORE_UNIT_SIZE
         self._last_phys = self._phys_before(self._max)
 
@@ -343,6 +364,14 @@ def _check_units(units: Sequence[tuple[int, int, int]]) -> None:
             raise ConsumeQueueError(f"message size {size!r} must be a positive int32")
         if not (isinstance(tag_hash, int) and -_INT64_MAX - 1 <= tag_hash <= _INT64_MAX):
             raise ConsumeQueueError(f"tag hash {tag_hash!r} must be an int64")
+
+
+def _leading_blanks(data: bytes) -> int:
+    count = 0
+    size = CQ_STORE_UNIT_SIZE
+    while data[count * size:(count + 1) * size] == BLANK_UNIT:
+        count += 1
+    return count
 
 
 def _valid_prefix(data: bytes) -> int:

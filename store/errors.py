@@ -35,3 +35,45 @@ class ConsumeQueueError(StoreError, ValueError):
 class CorruptFileError(StoreError):
     """A store file on disk is not what its name and the configuration say
     (wrong size, missing segment in the middle of a queue, bad header)."""
+
+
+class StoreUnavailableError(StoreError):
+    """This node cannot serve the request now, and another node or a little
+    later can: it is not the leader (`leader_id`/`leader_address` say who is,
+    when known), it is a new leader still applying the log up to its term,
+    or the store is stopping. Nothing was written."""
+
+    def __init__(self, message: str, leader_id: str = "", leader_address: str = "") -> None:
+        super().__init__(message)
+        self.leader_id = leader_id
+        self.leader_address = leader_address
+
+
+class PutOutcomeUnknownError(StoreError):
+    """The messages were written to the leader's log but not known to be
+    committed (no quorum in time, or leadership lost): they may or may not
+    become visible. A retry may store them twice; the broker dedupes retries
+    by message id."""
+
+
+class StoreFullError(StoreError):
+    """The disk holding the log is (nearly) full: the store is read-only."""
+
+
+class StoreFailedError(StoreError):
+    """The apply loop met a committed entry it cannot apply (an invariant
+    broke: corruption or a bug). The store stops deriving state rather than
+    derive it wrongly; reads of what was applied still work."""
+
+
+class TopicNotFoundError(StoreError, ValueError):
+    """A put to a topic that has no configuration (the broker creates topics
+    first, when auto-creation is on)."""
+
+
+class QueueIdError(StoreError, ValueError):
+    """A queue id outside the topic's queues."""
+
+
+class MessageTooLargeError(StoreError, ValueError):
+    """A stored message larger than the store's maximum message size."""

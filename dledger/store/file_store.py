@@ -489,6 +489,15 @@ class DLedgerFileStore:
         self._check_range(index)
         return self._record(index)[1]
 
+    def end_position_of(self, index: int) -> int:
+        """Where the data of entry `index` ends (its pos + size); for the entry
+        before the begin index, where the first retained entry starts."""
+        if index == self.ledger_begin_index - 1:
+            return self.position_of(index + 1) if self.ledger_end_index >= index + 1 else self.flushed_position
+        self._check_range(index)
+        _, pos, size, _, _ = self._record(index)
+        return pos + size
+
     def chain_crc_at(self, index: int) -> int:
         if index == self.ledger_end_index:
             return self.ledger_end_chain_crc

@@ -317,3 +317,19 @@ def test_flush_from_a_worker_thread_while_putting(tmp_path: Path):
     stop.set()
     thread.join()
     assert errors == [] and queue.max_offset == 200
+
+
+def test_a_queue_restarted_above_zero_keeps_its_minimum_across_reopening(tmp_path: Path):
+    queue = open_queue(tmp_path)
+    queue.put_batch(0, [unit(n) for n in range(3)])
+    queue.restart_at(7)                      # its log now starts with this queue at offset 7
+    assert (queue.min_offset, queue.max_offset) == (7, 7)
+    queue.put_batch(7, [unit(n) for n in range(100, 106)])
+    queue.close()
+    reopened = open_queue(tmp_path)
+    assert (reopened.min_offset, reopened.max_offset) == (7, 13)
+    assert [u.phys_offset for u in reopened.get(7, 10).units] == [unit(n)[0] for n in range(100, 106)]
+    moved = reopened.get(2, 10)
+    assert moved.status is GetStatus.OFFSET_TOO_SMALL and moved.next_offset == 7
+    with pytest.raises(ConsumeQueueError):
+        reopened.put(5, *unit(99))
