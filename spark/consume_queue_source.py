@@ -21,7 +21,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from dledger.store.segment import parse_segment_name
-from store.consume_queue import CQ_STORE_UNIT_SIZE
+from store.consume_queue import BLANK_UNIT, CQ_STORE_UNIT_SIZE
 
 FORMAT = "dledger_consumequeue"
 SCHEMA = StructType([
@@ -71,13 +71,19 @@ def queue_files(root: str) -> list[QueueFile]:
 
 def read_units(part: QueueFile) -> pa.RecordBatch | None:
     """The file's units up to the first empty one (the queue's end; a unit
-    being written by a running broker reads as empty or is cut there too)."""
+    being written by a running broker reads as empty or is cut there too).
+    A queue that starts above offset 0 begins with blank filler units
+    (ConsumeQueue.restart_at), which are not messages."""
     with open(part.path, "rb") as f:
         data = f.read()
+    usable = len(data) - len(data) % CQ_STORE_UNIT_SIZE
+    blanks = 0
+    while data[blanks * CQ_STORE_UNIT_SIZE:(blanks + 1) * CQ_STORE_UNIT_SIZE] == BLANK_UNIT:
+        blanks += 1
     offsets: list[int] = []
     sizes: list[int] = []
     codes: list[int] = []
-    for phys_offset, size, tags_code in _UNIT.iter_unpack(memoryview(data)[:len(data) - len(data) % 20]):
+    for phys_offset, size, tags_code in _UNIT.iter_unpack(memoryview(data)[blanks * CQ_STORE_UNIT_SIZE:usable]):
         if phys_offset <= 0 or size <= 0:
             break
         offsets.append(phys_offset)
@@ -85,7 +91,7 @@ def read_units(part: QueueFile) -> pa.RecordBatch | None:
         codes.append(tags_code)
     if not offsets:
         return None
-    first = part.start // CQ_STORE_UNIT_SIZE
+    first = part.start // CQ_STORE_UNIT_SIZE + blanks
     count = len(offsets)
     return pa.RecordBatch.from_arrays([
         pa.array([part.topic] * count, pa.string()),
