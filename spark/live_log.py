@@ -9,9 +9,10 @@ index exist for that RPC, so nothing uncommitted can be read.
 from __future__ import annotations
 
 import asyncio
+import threading
 import zlib
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError, ResponseCode
@@ -20,6 +21,24 @@ from spark.partitions import LiveRange
 # Entries handed from the event loop to the (synchronous) Spark reader at a time.
 CHUNK_ENTRIES = 4096
 T = TypeVar("T")
+
+
+class _LoopThread:
+    """One event loop per process, on a daemon thread. gRPC's asyncio support
+    binds itself to the first loop that uses it, so a Python worker that
+    reads many partitions (or a stream that asks for the committed index at
+    every trigger) must not create and close a loop each time."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def run(cls, coroutine: Coroutine[Any, Any, T]) -> T:
+        with cls._lock:
+            if cls._loop is None:
+                cls._loop = asyncio.new_event_loop()
+                threading.Thread(target=cls._loop.run_forever, name="dledger-live", daemon=True).start()
+        return asyncio.run_coroutine_threadsafe(coroutine, cls._loop).result()
 
 
 def committed_bounds(servers: tuple[str, ...], group: str) -> tuple[int, int]:
@@ -37,14 +56,13 @@ def _with_client(servers: tuple[str, ...], group: str, work: Callable[[DLedgerCl
     async def run() -> T:
         async with DLedgerClient(servers, group) as client:
             return await work(client)
-    return asyncio.run(run())
+    return _LoopThread.run(run())
 
 
 def live_entries(part: LiveRange) -> Iterator[tuple[int, int, int, memoryview]]:
     """(index, term, pos, body) of the NORMAL entries of the range, in order.
-    A private event loop is driven a chunk at a time, so the Spark reader
-    stays a plain generator and memory stays bounded."""
-    loop = asyncio.new_event_loop()
+    The process's event loop is asked for a chunk at a time, so the Spark
+    reader stays a plain generator and memory stays bounded."""
     client = DLedgerClient(part.servers, part.group)
     stream = client.read(part.first_index, part.last_index).__aiter__()
 
@@ -60,14 +78,16 @@ def live_entries(part: LiveRange) -> Iterator[tuple[int, int, int, memoryview]]:
             chunk.append((entry.index, entry.term, entry.pos, memoryview(entry.body)))
         return chunk
 
+    async def close() -> None:
+        await stream.aclose()  # type: ignore[attr-defined]
+        await client.close()
+
     try:
         while True:
-            chunk = loop.run_until_complete(take())
+            chunk = _LoopThread.run(take())
             yield from chunk
             if len(chunk) < CHUNK_ENTRIES:
                 return
     finally:
-        loop.run_until_complete(stream.aclose())
-        loop.run_until_complete(client.close())
-        loop.close()
+        _LoopThread.run(close())
 

@@ -41,7 +41,7 @@ async def send_messages(address: str, topic: str, count: int, batch: int = 50) -
     async with grpc.aio.insecure_channel(address) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         for start in range(0, count, batch):
-            messages = [rocketmq_message(topic, b"%s-%d-" % (topic.encode(), i) + os.urandom(64), f"tag{i % 3}",
+            messages = [rocketmq_message(topic, b"%s-%d-" % (topic.encode(), i) + os.urandom(400), f"tag{i % 3}",
                                          [f"k{i}", f"order-{i % 7}"]) for i in range(start, min(count, start + batch))]
             answer = await stub.SendMessage(spb.SendMessageRequest(messages=messages), metadata=METADATA, timeout=20)
             assert answer.status.code == pb.OK, answer.status.message
@@ -52,7 +52,9 @@ async def send_messages(address: str, topic: str, count: int, batch: int = 50) -
 
 
 def checkpoint_committed_index(node_dir: str, node_id: str) -> int:
-    return int(read_properties(os.path.join(node_dir, f"dledger-{node_id}", "checkpoint"))["committedIndex"])
+    """-1 until the node has written its first checkpoint."""
+    path = os.path.join(node_dir, f"dledger-{node_id}", "checkpoint")
+    return int(read_properties(path)["committedIndex"]) if os.path.exists(path) else -1
 
 
 def wait_for_checkpoint(node_dir: str, node_id: str, index: int, timeout: float = 15.0) -> int:
@@ -66,5 +68,9 @@ def wait_for_checkpoint(node_dir: str, node_id: str, index: int, timeout: float 
     raise AssertionError(f"{node_dir}: checkpoint did not reach index {index} within {timeout}s")
 
 
+_LOOP = asyncio.new_event_loop()
+
+
 def run(coroutine):  # noqa: ANN001, ANN201 - a tiny sync bridge for sync Spark tests
-    return asyncio.run(coroutine)
+    """One loop for the whole test process: gRPC's asyncio support binds to the first loop it sees."""
+    return _LOOP.run_until_complete(coroutine)
