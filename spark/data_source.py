@@ -62,5 +62,5 @@ class DLedgerBatchReader(DataSourceReader):
             return []
         return log.plan(first, last)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(partition, self.options.topics)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple]:
+        return read_partition(partition, self.options.topics, self.options.arrow)

@@ -8,7 +8,7 @@ small interface the batch and the stream reader share.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -19,7 +19,7 @@ from spark.live_log import committed_bounds, live_entries
 from spark.log_files import LogFiles, LogFilesError
 from spark.options import SourceOptions
 from spark.partitions import FileRange, LiveRange, plan_file_ranges, plan_live_ranges, segment_spans
-from spark.row_builder import record_batches
+from spark.row_builder import record_batches, record_tuples
 
 
 class CommittedLog(Protocol):
@@ -71,7 +71,8 @@ def committed_log(options: SourceOptions) -> CommittedLog:
     return LiveLog(options) if options.live else FileLog(options)
 
 
-def read_partition(partition: InputPartition, topics: frozenset[str] | None) -> Iterator[pa.RecordBatch]:
+def read_partition(partition: InputPartition, topics: frozenset[str] | None,
+                   arrow: bool = True) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
     """The rows of one partition; what an executor runs."""
     if isinstance(partition, FileRange):
         entries = ((index, term, pos, body) for index, term, pos, magic, body in scan_file_range(partition)
@@ -80,4 +81,4 @@ def read_partition(partition: InputPartition, topics: frozenset[str] | None) -> 
         entries = live_entries(partition)
     else:
         raise TypeError(f"not a dledger partition: {partition!r}")
-    return record_batches(entries, topics)
+    return record_batches(entries, topics) if arrow else record_tuples(entries, topics)

@@ -15,6 +15,7 @@ failOnDataLoss, max...PerTrigger) and say what they mean otherwise.
     maxPartitionBytes     file mode: bytes of log per partition (default 128 MiB)
     entriesPerPartition   live mode: entries per partition (default 100000)
     failOnDataLoss        stream: fail (default) or skip when retention deleted entries not yet read
+    decode                arrow (default): RecordBatches to Spark; tuples: row by row (slower, for comparison)
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ class SourceOptions:
     max_partition_bytes: int
     entries_per_partition: int
     fail_on_data_loss: bool
+    arrow: bool = True
 
     @property
     def live(self) -> bool:
@@ -72,6 +74,7 @@ class SourceOptions:
             entries_per_partition=_optional_integer(values, "entriesperpartition", 1)
             or DEFAULT_ENTRIES_PER_PARTITION,
             fail_on_data_loss=_boolean("failOnDataLoss", values.get("failondataloss", "true")),
+            arrow=_decode(values.get("decode", "arrow")),
         )
 
 
@@ -97,6 +100,12 @@ def _integer(name: str, text: str, minimum: int) -> int:
     if value < minimum:
         raise OptionError(f"{name}: expected at least {minimum}, got {value}")
     return value
+
+
+def _decode(text: str) -> bool:
+    if text.lower() not in ("arrow", "tuples"):
+        raise OptionError(f"decode: expected arrow or tuples, got {text!r}")
+    return text.lower() == "arrow"
 
 
 def _boolean(name: str, text: str) -> bool:

@@ -14,6 +14,7 @@ scan, covers every byte of the record.
 """
 from __future__ import annotations
 
+import datetime
 import itertools
 import struct
 from collections.abc import Iterable, Iterator
@@ -256,3 +257,45 @@ def record_batches(entries: Iterable[tuple[int, int, int, memoryview]],
     last = builder.flush()
     if last is not None:
         yield last
+
+
+
+def record_tuples(entries: Iterable[tuple[int, int, int, memoryview]],
+                  topics: frozenset[str] | None = None) -> Iterator[tuple[Any, ...]]:
+    """The same rows as plain tuples, decoded one at a time: PySpark's
+    row-by-row path (option decode=tuples), kept so that the benchmark can
+    show what the Arrow path saves."""
+    tag_codes: dict[str | None, int] = {}
+    for index, term, pos, body in entries:
+        magic = _SIZE_MAGIC.unpack_from(body)[1] if len(body) >= _SIZE_MAGIC.size else 0
+        message = None
+        if magic == MESSAGE_MAGIC_CODE or magic == MESSAGE_MAGIC_CODE_V2:
+            try:
+                message = parse_message(body)
+            except MessageDecodeError:
+                pass
+        if message is not None:
+            topic, queue_id, queue_offset, sys_flag, born, stored, start, end, text = message
+            if topics is not None and topic not in topics:
+                continue
+            properties = dict(item.split("\x01", 1) for item in text.split("\x02") if item)
+            tags, keys = properties.get(mc.TAGS), properties.get(mc.KEYS)
+            if tags not in tag_codes:
+                tag_codes[tags] = tag_hash_code(tags)
+            yield (index, term, KIND_MESSAGE, topic, queue_id, queue_offset, pos + BODY_START,
+                   properties.get(mc.UNIQ_KEY), None if keys is None else [k for k in keys.split(" ") if k], tags,
+                   properties, _datetime(born), _datetime(stored), bytes(body[start:end]), len(body), sys_flag,
+                   tag_codes[tags], None)
+        elif topics is None:
+            system = magic == SYSTEM_MAGIC_CODE
+            kind_name = system_kind_name(decode_system_entry(body).kind) if system else None
+            payload = body[_SYSTEM_HEADER_SIZE:] if system else body
+            yield (index, term, KIND_SYSTEM if system else KIND_RAW, None, None, None, pos + BODY_START, None, None,
+                   None, None, None, None, bytes(payload), len(body), None, None, kind_name)
+
+
+def _datetime(ms: int) -> datetime.datetime:
+    return _EPOCH + datetime.timedelta(milliseconds=ms)
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)

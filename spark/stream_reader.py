@@ -75,8 +75,8 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return []
         return log.plan(first, last)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(partition, self.options.topics)
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple]:
+        return read_partition(partition, self.options.topics, self.options.arrow)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: committed entries stay until retention takes them."""
