@@ -96,13 +96,15 @@ def _damaged(part: FileRange, index: int, relative: int, what: str) -> LogFilesE
     return LogFilesError(f"{part.path} at offset {relative}, entry {index}: {what}")
 
 
-def raw_read_bytes(path: str, chunk_bytes: int = CHUNK_BYTES) -> int:
-    """Read a whole file with the same preads and nothing else: the speed
-    limit a replay of it can approach (bench/replay.py)."""
+def raw_read_bytes(path: str, chunk_bytes: int = CHUNK_BYTES, limit: int | None = None) -> int:
+    """Read a file (at most `limit` bytes) with the same preads and nothing
+    else: the speed limit a replay of it can approach (bench/replay.py)."""
     total = 0
     with open(path, "rb") as f:
-        while True:
-            chunk = os.pread(f.fileno(), chunk_bytes, total)
+        while limit is None or total < limit:
+            want = chunk_bytes if limit is None else min(chunk_bytes, limit - total)
+            chunk = os.pread(f.fileno(), want, total)
             if not chunk:
-                return total
+                break
             total += len(chunk)
+    return total

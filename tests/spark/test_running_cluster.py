@@ -156,3 +156,29 @@ def wait_until(condition, timeout: float) -> None:  # noqa: ANN001
             return
         time.sleep(0.3)
     raise AssertionError(f"not within {timeout}s")
+
+
+def test_a_file_stream_reads_a_running_nodes_new_commits_once_per_checkpointed_run(
+        spark_session, cluster, servers, tmp_path):
+    node_dir = str(cluster.base / "n2")
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def run_available_now() -> None:
+        query = spark_session.readStream.format("dledger").option("startingOffsets", "earliest") \
+            .option("maxEntriesPerTrigger", "150").load(node_dir).select("index", "kind", "body") \
+            .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint) \
+            .trigger(availableNow=True).start()
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    first = wait_for_checkpoint(node_dir, "n2", max(run(committed_entries(servers))))
+    run_available_now()
+    appended = run(append_raw(servers, [b"file-stream-%d" % i for i in range(25)]))
+    second = wait_for_checkpoint(node_dir, "n2", appended)
+    run_available_now()
+
+    rows = spark_session.read.parquet(out).select("index", "body").collect()
+    indexes = [row["index"] for row in rows]
+    assert len(indexes) == len(set(indexes))
+    assert set(indexes) == {i for i in run(committed_entries(servers)) if i <= second}
+    assert first < appended <= second
