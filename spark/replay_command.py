@@ -9,6 +9,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from spark.replay import ReplayResult
 
 
@@ -37,6 +39,9 @@ def run_command(args: argparse.Namespace) -> int:
     spark = build_session(args.master)
     try:
         result = run_replay(spark, request)
+        # stderr, so that --json output stays the summary alone.
+        print(f"dledger replay: master {spark.sparkContext.master}, {_executor_count(spark)} executor JVM(s) "
+              f"besides the driver", file=sys.stderr)
     finally:
         spark.stop()
     if not args.json:
@@ -46,6 +51,12 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"dledger replay: check failed: {len(result.summary['check'])} mismatch(es)", file=sys.stderr)
         return 1
     return 0
+
+
+def _executor_count(spark: "SparkSession") -> int:
+    """Executors registered with the driver (local mode runs tasks in the driver: 0)."""
+    infos = spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()  # driver included
+    return max(0, len(infos) - 1)
 
 
 def _print_report(result: "ReplayResult", seconds: float) -> None:

@@ -144,6 +144,7 @@ def test_the_replay_command_runs_on_executors_in_separate_processes(workload, tm
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 executor JVM(s) besides the driver" in done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["check"] == "ok" and summary["messages"] == 127
     assert {topic: {int(q): v["messages"] for q, v in info["queues"].items()}
