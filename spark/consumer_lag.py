@@ -8,6 +8,8 @@ next message it will consume).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
@@ -30,11 +32,13 @@ def committed_offsets(entries: DataFrame) -> DataFrame:
     return commits.withColumn("rank", F.row_number().over(latest)).where("rank = 1").drop("rank")
 
 
-def consumer_lag(entries: DataFrame, queues: DataFrame) -> DataFrame:
-    """(group, topic, queue_id, offset, max_offset, lag), one row per committed offset."""
-    offsets = committed_offsets(entries)
-    return (offsets.join(queues.select("topic", "queue_id", "max_offset"), ["topic", "queue_id"], "left")
-            .withColumn("max_offset", F.coalesce(F.col("max_offset"), F.lit(0)))
-            .withColumn("lag", F.greatest(F.col("max_offset") - F.col("offset"), F.lit(0)))
-            .select("group", "topic", "queue_id", "offset", "max_offset", "lag")
-            .orderBy("group", "topic", "queue_id"))
+def consumer_lag(entries: DataFrame, max_offsets: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
+    """[{group, topic, queue_id, offset, max_offset, lag}], one per committed
+    offset; the queues' max offsets come from the replay (small, on the driver)."""
+    rows = committed_offsets(entries).orderBy("group", "topic", "queue_id").collect()
+    lag: list[dict[str, Any]] = []
+    for row in rows:
+        max_offset = max_offsets.get((row["topic"], row["queue_id"]), 0)
+        lag.append({"group": row["group"], "topic": row["topic"], "queue_id": row["queue_id"],
+                    "offset": row["offset"], "max_offset": max_offset, "lag": max(0, max_offset - row["offset"])})
+    return lag

@@ -8,8 +8,9 @@ log with Spark, write it as Parquet and check it against the broker's.
 2. One pass over the log writes every committed entry to OUT/log, Parquet
    partitioned by topic (system and raw entries, which have none, land in
    topic=__HIVE_DEFAULT_PARTITION__). Later steps read that Parquet, not the log.
-3. Per topic and queue: messages, min and max offset (OUT/queues); consumer
-   lag per group from the replicated offsets (OUT/consumer_lag).
+3. One aggregation gives, per topic and queue, messages and offsets
+   (OUT/queues.json); one more the consumer lag per group from the
+   replicated offsets (OUT/consumer_lag.json).
 4. The check: queue offsets are dense, nothing above the committed index was
    read, and, given a data dir with the broker's store, the ConsumeQueues
    agree with the replay (spark/queue_check.py).
@@ -70,43 +71,49 @@ def run_replay(spark: SparkSession, request: ReplayRequest) -> ReplayResult:
     begin, committed = committed_log(SourceOptions.parse(options)).bounds()
     pinned = {**options, "startIndex": str(begin), "endIndex": str(committed)}
     log_dir = os.path.join(request.out_dir, "log")
+    # The one pass over the log; every later step reads this Parquet.
     spark.read.format("dledger").options(**pinned).load() \
         .write.mode("overwrite").partitionBy("topic").parquet(log_dir)
     entries = spark.read.parquet(log_dir)
-    messages = entries.where(F.col("kind") == "message")
-    queues = _queues(messages)
-    queues.write.mode("overwrite").parquet(os.path.join(request.out_dir, "queues"))
-    queues = spark.read.parquet(os.path.join(request.out_dir, "queues"))
-    lag = consumer_lag(entries, queues)
-    lag.write.mode("overwrite").parquet(os.path.join(request.out_dir, "consumer_lag"))
-    totals = entries.agg(F.count(F.lit(1)).alias("entries"),
-                         F.sum((F.col("kind") == "message").cast("long")).alias("messages"),
-                         F.max("index").alias("max_index"),
-                         F.min(F.when(F.col("kind") == "message", F.col("physical_offset"))).alias("low"),
-                         F.max(F.col("physical_offset") + F.col("store_size")).alias("high")).first()
-    queue_rows = [row.asDict() for row in queues.orderBy("topic", "queue_id").collect()]
-    mismatches = _offset_mismatches(queue_rows) + _commit_mismatches(totals["max_index"], committed)
-    if request.data_dir and totals["low"] is not None and _has_consume_queues(request.data_dir):
-        mismatches += check_consume_queues(spark, messages, request.data_dir, totals["low"], totals["high"])
+    groups = [row.asDict() for row in _per_queue(entries).collect()]
+    queue_rows = sorted((g for g in groups if g["kind"] == "message"), key=lambda g: (g["topic"], g["queue_id"]))
+    lag_rows = consumer_lag(entries, {(q["topic"], q["queue_id"]): q["max_offset"] for q in queue_rows})
+    max_index = max((g["max_index"] for g in groups), default=None)
+    mismatches = _offset_mismatches(queue_rows) + _commit_mismatches(max_index, committed)
+    low = min((g["low"] for g in queue_rows), default=None)
+    if request.data_dir and low is not None and _has_consume_queues(request.data_dir):
+        high = max(g["high"] for g in groups)
+        messages = entries.where(F.col("kind") == "message")
+        mismatches += check_consume_queues(spark, messages, request.data_dir, low, high)
     summary = {
         "committed_index": committed,
-        "entries": totals["entries"],
-        "messages": totals["messages"] or 0,
+        "entries": sum(g["entries"] for g in groups),
+        "messages": sum(q["entries"] for q in queue_rows),
         "topics": _topics(queue_rows),
         "check": mismatches or "ok",
     }
     _write_json(os.path.join(request.out_dir, "summary.json"), summary)
-    lag_rows = [row.asDict() for row in lag.collect()]
+    _write_json(os.path.join(request.out_dir, "queues.json"), [_queue_json(q) for q in queue_rows])
     _write_json(os.path.join(request.out_dir, "consumer_lag.json"), lag_rows)
     return ReplayResult(summary, lag_rows)
 
 
-def _queues(messages: DataFrame) -> DataFrame:
-    return messages.groupBy("topic", "queue_id").agg(
-        F.count(F.lit(1)).alias("messages"),
+def _per_queue(entries: DataFrame) -> DataFrame:
+    """Everything the summary and the checks need, in one aggregation: per
+    (kind, topic, queue) the count, offsets and the log range it spans."""
+    return entries.groupBy("kind", "topic", "queue_id").agg(
+        F.count(F.lit(1)).alias("entries"),
         F.countDistinct("queue_offset").alias("distinct_offsets"),
         F.min("queue_offset").alias("min_offset"),
-        (F.max("queue_offset") + 1).alias("max_offset"))
+        (F.max("queue_offset") + 1).alias("max_offset"),
+        F.max("index").alias("max_index"),
+        F.min("physical_offset").alias("low"),
+        F.max(F.col("physical_offset") + F.col("store_size")).alias("high"))
+
+
+def _queue_json(q: dict[str, Any]) -> dict[str, Any]:
+    return {"topic": q["topic"], "queue_id": q["queue_id"], "messages": q["entries"],
+            "min_offset": q["min_offset"], "max_offset": q["max_offset"]}
 
 
 def _offset_mismatches(queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -114,9 +121,9 @@ def _offset_mismatches(queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for q in queues:
         span = q["max_offset"] - q["min_offset"]
-        if q["distinct_offsets"] != q["messages"] or span != q["messages"]:
+        if q["distinct_offsets"] != q["entries"] or span != q["entries"]:
             found.append({"queue": f"{q['topic']}/{q['queue_id']}", "topic": q["topic"], "queue_id": q["queue_id"],
-                          "problem": f"queue offsets are not dense: {q['messages']} messages, "
+                          "problem": f"queue offsets are not dense: {q['entries']} messages, "
                                      f"{q['distinct_offsets']} distinct offsets in [{q['min_offset']}, "
                                      f"{q['max_offset']})"})
     return found
@@ -136,8 +143,8 @@ def _topics(queues: list[dict[str, Any]]) -> dict[str, Any]:
     topics: dict[str, Any] = {}
     for q in queues:
         topic = topics.setdefault(q["topic"], {"messages": 0, "queues": {}})
-        topic["messages"] += q["messages"]
-        topic["queues"][str(q["queue_id"])] = {"messages": q["messages"], "max_offset": q["max_offset"]}
+        topic["messages"] += q["entries"]
+        topic["queues"][str(q["queue_id"])] = {"messages": q["entries"], "max_offset": q["max_offset"]}
     return topics
 
 
