@@ -19,7 +19,7 @@ from spark.live_log import committed_bounds, live_entries
 from spark.log_files import LogFiles, LogFilesError
 from spark.options import SourceOptions
 from spark.partitions import FileRange, LiveRange, plan_file_ranges, plan_live_ranges, segment_spans
-from spark.row_builder import record_batches, record_tuples
+from spark.row_builder import record_batches, record_tuples, scanned_record_batches
 
 
 class CommittedLog(Protocol):
@@ -75,6 +75,8 @@ def read_partition(partition: InputPartition, topics: frozenset[str] | None,
                    arrow: bool = True) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
     """The rows of one partition; what an executor runs."""
     if isinstance(partition, FileRange):
+        if arrow:
+            return scanned_record_batches(scan_file_range(partition), topics)
         entries = ((index, term, pos, body) for index, term, pos, magic, body in scan_file_range(partition)
                    if magic == MAGIC_NORMAL)
     elif isinstance(partition, LiveRange):

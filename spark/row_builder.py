@@ -23,6 +23,7 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dledger.entry import MAGIC_NORMAL
 from store import message_const as mc
 from store.codec import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, peek
 from store.errors import MessageDecodeError
@@ -148,6 +149,51 @@ class RowBatchBuilder:
             return self.flush()
         return None
 
+    def extend(self, entries: Iterable[tuple[int, int, int, int, memoryview]]) -> Iterator[pa.RecordBatch]:
+        """The hot loop over (index, term, pos, entry magic, body) from the
+        scan: NORMAL entries only; a V1 record with IPv4 hosts (what a broker
+        writes) is taken apart right here, anything else goes through `add`.
+        One frame per row instead of five is a quarter of the decoding time."""
+        unpack_fixed, fixed_size, unpack_short = _FIXED_V4.unpack_from, _FIXED_V4.size, _SHORT.unpack_from
+        topics, batch_rows = self.topics, self.batch_rows
+        for index, term, pos, entry_magic, body in entries:
+            if entry_magic != MAGIC_NORMAL:
+                continue
+            size = len(body)
+            done = False
+            if size >= fixed_size:
+                f = unpack_fixed(body)
+                body_end = fixed_size + f[16]
+                if f[1] == MESSAGE_MAGIC_CODE and f[0] == size and not f[7] & _V6_BITS and \
+                        fixed_size <= body_end and body_end + 3 <= size:
+                    topic_end = body_end + 1 + body[body_end]
+                    if body_end + 1 < topic_end <= size - 2 and topic_end + 2 + unpack_short(body, topic_end)[0] == size:
+                        try:
+                            topic = str(body[body_end + 1:topic_end], "utf-8")
+                            text = str(body[topic_end + 2:size], "utf-8")
+                        except UnicodeDecodeError:
+                            text = "\x01"  # malformed: `add` will say so
+                        count = _property_count(text) if text else 0
+                        if count >= 0:
+                            done = True
+                            if topics is None or topic in topics:
+                                if count:
+                                    self.property_texts.append(text[:-1] if text[-1] == "\x02" else text)
+                                self.property_counts.append(count)
+                                self.rows.append((index, term, KIND_MESSAGE, topic, f[3], f[5], pos + BODY_START,
+                                                  f[8] * 1000, f[11] * 1000, body[fixed_size:body_end], size, f[7],
+                                                  None))
+                                self.bytes += size
+                                if len(self.rows) >= batch_rows or self.bytes >= BATCH_BYTES:
+                                    yield self.flush()  # type: ignore[misc]
+            if not done:
+                batch = self.add(index, term, pos, body)
+                if batch is not None:
+                    yield batch
+        last = self.flush()
+        if last is not None:
+            yield last
+
     def _add_message(self, index: int, term: int, pos: int, body: memoryview) -> None:
         try:
             topic, queue_id, queue_offset, sys_flag, born, stored, start, end, text = parse_message(body)
@@ -248,15 +294,15 @@ def record_batches(entries: Iterable[tuple[int, int, int, memoryview]],
                    topics: frozenset[str] | None = None,
                    batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """(index, term, pos, body) of committed NORMAL entries -> RecordBatches."""
-    builder = RowBatchBuilder(topics, batch_rows)
-    add = builder.add
-    for index, term, pos, body in entries:
-        batch = add(index, term, pos, body)
-        if batch is not None:
-            yield batch
-    last = builder.flush()
-    if last is not None:
-        yield last
+    return RowBatchBuilder(topics, batch_rows).extend(
+        (index, term, pos, MAGIC_NORMAL, body) for index, term, pos, body in entries)
+
+
+def scanned_record_batches(entries: Iterable[tuple[int, int, int, int, memoryview]],
+                           topics: frozenset[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """(index, term, pos, magic, body) straight from the file scan -> RecordBatches
+    of its NORMAL entries (no intermediate generator on the hot path)."""
+    return RowBatchBuilder(topics).extend(entries)
 
 
 

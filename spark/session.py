@@ -57,22 +57,27 @@ QUICK_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 def build_session(master: str | None = None, app_name: str = "dledger-replay",
                   extra: dict[str, Any] | None = None, quick_start: bool = False) -> SparkSession:
-    """Get or create the session; `master` None means local[2] on loopback."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    local = master is None or master.startswith("local")
+    """Get or create the session. `master` None means local[2] on loopback,
+    except under spark-submit, whose --master and --conf then decide."""
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM for us
+    local = not submitted and (master is None or master.startswith("local"))
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None or not submitted:
+        builder = builder.master(master or "local[2]")
+    if not submitted:
+        # Python workers run this interpreter, which has pyarrow and this
+        # project (under spark-submit, its --conf spark.pyspark.python decides).
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        builder = builder.config("spark.pyspark.python", sys.executable)
     if local:
         # Otherwise Spark binds and announces the first non-loopback address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = (SparkSession.builder.master(master or "local[2]").appName(app_name)
-               .config("spark.ui.enabled", "false")
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    builder = (builder.config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j_config_path()}"
-                       + (f" {QUICK_START_JAVA_OPTIONS}" if quick_start else ""))
-               .config("spark.pyspark.python", sys.executable))
-    if local:
-        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                       + (f" {QUICK_START_JAVA_OPTIONS}" if quick_start else "")))
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

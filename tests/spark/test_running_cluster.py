@@ -84,6 +84,21 @@ def test_batch_read_of_a_running_nodes_files_returns_exactly_the_committed_entri
     assert all(row["max(queue_offset)"] + 1 == row["count(1)"] for row in per_queue)
 
 
+def test_topic_and_index_options_select_exactly_those_entries(spark_session, cluster):
+    path = str(cluster.base / "n1")
+    everything = spark_session.read.format("dledger").load(path).select("index", "kind", "topic").collect()
+    low, high = sorted(row["index"] for row in everything)[10], sorted(row["index"] for row in everything)[-10]
+
+    def read(**options: str) -> list:  # noqa: ANN401
+        return spark_session.read.format("dledger").options(**options).load(path).select("index", "topic").collect()
+
+    assert sorted(r["index"] for r in read(startIndex=str(low), endIndex=str(high))) == \
+        sorted(r["index"] for r in everything if low <= r["index"] <= high)
+    assert sorted(r["index"] for r in read(topic="Payments")) == \
+        sorted(r["index"] for r in everything if r["topic"] == "Payments")
+    assert read(startIndex=str(high + 10**6)) == []  # nothing committed there yet
+
+
 def test_partitions_carry_only_paths_and_index_ranges(cluster, servers):
     from spark.log_source import FileLog
     from spark.options import SourceOptions
