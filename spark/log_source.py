@@ -81,6 +81,8 @@ def read_partition(partition: InputPartition, topics: frozenset[str] | None,
                    if magic == MAGIC_NORMAL)
     elif isinstance(partition, LiveRange):
         entries = live_entries(partition)
+    elif type(partition) is InputPartition and partition.value is None:
+        return iter(())  # Spark's stand-in when planning found nothing to read
     else:
         raise TypeError(f"not a dledger partition: {partition!r}")
     return record_batches(entries, topics) if arrow else record_tuples(entries, topics)
