@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import threading
@@ -182,7 +183,9 @@ def bench_stream_latency(appends: int = 10) -> None:
     from spark.session import build_session
 
     base = Path(tempfile.mkdtemp(prefix="bench-stream-"))
-    cluster = ProcessCluster(base)
+    # Small, sparse files: the default 1 GiB segments would be preallocated for a few entries.
+    cluster = ProcessCluster(base, extra_args=["--data-file-size", str(4 << 20), "--index-file-size", str(1 << 20),
+                                               "--preallocate", "false"])
     cluster.start()
     servers = ",".join(cluster.addresses.values())
     seen: dict[int, float] = {}
@@ -219,6 +222,7 @@ def bench_stream_latency(appends: int = 10) -> None:
         loop.run_until_complete(client.close())
         loop.close()
         cluster.stop_all()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def main() -> None:

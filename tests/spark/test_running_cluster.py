@@ -20,7 +20,8 @@ from tests.spark.helpers import run, send_messages, wait_for_checkpoint
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
 
 # Small segments, so that a few hundred messages span several of them (and partitions).
-NODE_ARGS = ["--data-file-size", str(128 << 10), "--max-entry-size", str(32 << 10)]
+NODE_ARGS = ["--data-file-size", str(128 << 10), "--max-entry-size", str(32 << 10),
+             "--index-file-size", str(64 << 10), "--preallocate", "false"]
 
 
 @pytest.fixture(scope="module")
