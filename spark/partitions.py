@@ -41,7 +41,8 @@ class LiveRange(InputPartition):
 
 @dataclass(frozen=True)
 class SegmentSpan:
-    """The entries one data segment holds: first..last (last None: up to the end)."""
+    """A non-empty data segment and its first entry (the next segment's first
+    entry, or the committed index, ends it)."""
     segment: SegmentFile
     first_index: int
     first_pos: int

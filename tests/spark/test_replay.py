@@ -149,3 +149,22 @@ def test_the_replay_command_runs_on_executors_in_separate_processes(workload, tm
     assert summary["check"] == "ok" and summary["messages"] == 127
     assert {topic: {int(q): v["messages"] for q, v in info["queues"].items()}
             for topic, info in summary["topics"].items()} == expected
+
+
+def test_a_bare_copy_of_data_segments_reads_the_same_rows_up_to_a_given_end(spark_session, workload, tmp_path):
+    base, _ = workload
+    node = os.path.join(base, "n0")
+    committed = int(read_properties(os.path.join(node, "dledger-n0", "checkpoint"))["committedIndex"])
+    copy = tmp_path / "segments"
+    shutil.copytree(os.path.join(node, "dledger-n0", "data"), copy)  # no index files, no checkpoint
+
+    def rows(path: str, **options: str) -> list:  # noqa: ANN401
+        df = spark_session.read.format("dledger").options(**options).load(path)
+        return [tuple(r) for r in df.select("index", "kind", "topic", "queue_offset", "body").orderBy("index").collect()]
+
+    middle = committed // 2
+    assert rows(str(copy), endIndex=str(committed)) == rows(node)
+    assert rows(str(copy), startIndex=str(middle), endIndex=str(committed)) == \
+        rows(node, startIndex=str(middle))
+    with pytest.raises(Exception, match="endIndex"):
+        rows(str(copy))
