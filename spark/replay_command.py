@@ -24,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", metavar="URL", help="Spark master (default: local[2])")
     parser.add_argument("--group", default="default", help="DLedger group with --servers")
     parser.add_argument("--node-id", metavar="ID", help="which dledger-<ID>/ when the data dir holds several")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting, as spark-submit's --conf (repeatable)")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -35,8 +37,12 @@ def run_command(args: argparse.Namespace) -> int:
     request = ReplayRequest(out_dir=args.out, data_dir=args.data_dir,
                             servers=tuple(parse_servers(args.servers)) if args.servers else (),
                             group=args.group, node_id=args.node_id)
+    settings = dict(item.split("=", 1) for item in args.conf if "=" in item)
+    if len(settings) != len(args.conf):
+        print("dledger replay: error: --conf takes KEY=VALUE", file=sys.stderr)
+        return 2
     started = time.monotonic()
-    spark = build_session(args.master)
+    spark = build_session(args.master, extra=settings)
     try:
         result = run_replay(spark, request)
         # stderr, so that --json output stays the summary alone.

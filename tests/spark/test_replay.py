@@ -20,6 +20,7 @@ import pytest
 from dledger.store.properties import read_properties
 from spark.log_files import LogFiles
 from spark.replay import ReplayRequest, run_replay
+from spark.session import QUICK_START_JAVA_OPTIONS
 from store.errors import StoreError
 from store.topic_config import TopicConfig
 from tests.unit.store_harness import StoreCluster, message
@@ -139,7 +140,9 @@ def test_the_check_names_the_queue_whose_consume_queue_was_tampered_with(spark_s
 def test_the_replay_command_runs_on_executors_in_separate_processes(workload, tmp_path):
     base, expected = workload
     command = [sys.executable, "-m", "cluster.cli", "replay", "--data-dir", os.path.join(base, "n0"),
-               "--out", str(tmp_path / "out"), "--json", "--master", "local-cluster[2,1,1024]"]
+               "--out", str(tmp_path / "out"), "--json", "--master", "local-cluster[2,1,1024]",
+               # Executor JVMs that start quicker: this job is tiny.
+               "--conf", f"spark.executor.extraJavaOptions={QUICK_START_JAVA_OPTIONS}"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=280, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
