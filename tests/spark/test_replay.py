@@ -49,8 +49,12 @@ async def broker_workload(base: str) -> dict:
                                               tags=f"t{i % 2}", keys=f"o{round_}-{i}") for i in range(30)])
         await store.put_messages([message("Audit", b"audit-%d" % i, tags="audit") for i in range(7)])
         await store.commit_offsets([("billing", "Orders", 0, 10), ("billing", "Orders", 1, 40),
-                                    ("audit-reader", "Audit", 0, 3)])
+                                    ("audit-reader", "Audit", 0, 3), ("gone", "Audit", 0, 1)])
         await store.commit_offsets([("billing", "Orders", 1, 12)])  # the later commit wins
+        await cluster.wait_applied()
+        # The snapshot holds every offset committed so far; commits after it still count.
+        assert await store.write_metadata_snapshot()
+        await store.commit_offsets([("audit-reader", "Audit", 0, 5)])
         await cluster.wait_applied()
     finally:
         await cluster.stop()
@@ -109,7 +113,7 @@ def test_replay_summarizes_queues_computes_lag_and_the_check_passes(spark_sessio
     assert summary["topics"]["Orders"]["messages"] == 120
     lag = {(r["group"], r["topic"], r["queue_id"]): (r["offset"], r["lag"]) for r in result.consumer_lag}
     assert lag == {("billing", "Orders", 0): (10, 30), ("billing", "Orders", 1): (12, 28),
-                   ("audit-reader", "Audit", 0): (3, 4)}
+                   ("audit-reader", "Audit", 0): (5, 2), ("gone", "Audit", 0): (1, 6)}
     orders = spark_session.read.parquet(str(tmp_path / "log" / "topic=Orders"))
     assert orders.count() == 120
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
@@ -171,3 +175,22 @@ def test_a_bare_copy_of_data_segments_reads_the_same_rows_up_to_a_given_end(spar
         rows(node, startIndex=str(middle))
     with pytest.raises(Exception, match="endIndex"):
         rows(str(copy))
+
+
+def test_offsets_come_from_the_latest_snapshot_and_the_commits_after_it(spark_session):
+    from spark.consumer_lag import committed_offsets
+
+    def system(index: int, kind: str, payload: dict) -> tuple:
+        return index, "system", kind, json.dumps(payload).encode()
+
+    entries = spark_session.createDataFrame([
+        system(1, "CONSUMER_OFFSETS", {"offsets": [["g", "T", 0, 3], ["old", "T", 1, 9]]}),
+        system(2, "METADATA_SNAPSHOT", {"managers": {"consumerOffset.json": {"offsetTable": {
+            "T@g": {"0": 4}, "T@h": {"1": 7}}}, "topics.json": {"topicConfigTable": {}}}}),
+        system(3, "CONSUMER_OFFSETS", {"offsets": [["h", "T", 1, 8]]}),
+    ], "index long, kind string, system_kind string, body binary")
+
+    offsets = {(r["group"], r["topic"], r["queue_id"]): r["offset"] for r in committed_offsets(entries).collect()}
+
+    # "old" was committed before the snapshot and is not in it: the snapshot replaced the table.
+    assert offsets == {("g", "T", 0): 4, ("h", "T", 1): 8}
