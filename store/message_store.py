@@ -83,6 +83,10 @@ class MessageStore:
         self._persist_lock = asyncio.Lock()
         self._extra_handlers: list[SystemEntryHandler] = []
         self._extra_listeners: list[ArrivalListener] = []
+        # The applied index the managers' files last covered together: the
+        # checkpoint never claims more, so a restart replays whatever the
+        # files lack (they are rewritten less often than the checkpoint).
+        self._configs_cover = -1
         self.started = False
 
     # ============================================================== lifecycle
@@ -125,6 +129,7 @@ class MessageStore:
                      log_store.ledger_begin_index - 1)
         self.reput = ReputMessageService(self.server, queues, self.index, self.commit_log.min_physical_offset,
                                          resume, config.reput_batch_bytes)
+        self._configs_cover = resume
         for handler in [*self.managers, *self._extra_handlers]:
             self.reput.register(handler)
         self.reput.listeners.extend(self._extra_listeners)
@@ -150,8 +155,9 @@ class MessageStore:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.flush()
+        # Configs first: the checkpoint written next may then cover everything applied.
         await self.persist_configs(force=True)
+        await self.flush()
         assert self.consume_queues is not None
         self.consume_queues.close()
         if self.index is not None:
@@ -178,7 +184,10 @@ class MessageStore:
     async def _flush_once(self) -> None:
         reput, queues = self._require_started()
         progress = reput.progress
-        applied, timestamp = progress.applied_index, progress.last_store_timestamp
+        # A restart resumes after the checkpoint's entry, and the managers
+        # resume from their files: the checkpoint must not pass what the
+        # files hold, or entries between the two would never reach them.
+        applied, timestamp = min(progress.applied_index, self._configs_cover), progress.last_store_timestamp
         confirm = self.commit_log.committed_end()
         await asyncio.to_thread(self._flush_files)
         checkpoint = StoreCheckpoint(timestamp, timestamp, timestamp, confirm, confirm, applied)
@@ -193,10 +202,14 @@ class MessageStore:
 
     async def persist_configs(self, force: bool = False) -> None:
         async with self._persist_lock:
-            for manager in self.managers:
-                snapshot = manager.snapshot(force)
+            # Every snapshot is taken before the first write yields the loop,
+            # so together they hold exactly the entries up to `covered`.
+            covered = self.applied_index
+            snapshots = [(manager, manager.snapshot(force)) for manager in self.managers]
+            for manager, snapshot in snapshots:
                 if snapshot is not None:
                     await asyncio.to_thread(manager.write, *snapshot)
+            self._configs_cover = max(self._configs_cover, covered)
 
     async def clean_expired(self) -> None:
         """Drop ConsumeQueue files and index files below the log's first entry."""
