@@ -6,6 +6,10 @@ reachable without a flag of its own; flags given on the command line override
 the file. `peers` may be a string (`"n0=127.0.0.1:20911,n1=..."`), a list of
 such items, or a table `{n0 = "127.0.0.1:20911", ...}`.
 
+The broker's tunables (broker/config.py, BrokerConfig) go in the file's
+`[broker]` table, by their field names too (`transaction_check_interval_s`,
+`max_delay_s`, ...).
+
 Every problem is a ConfigError with a one-line message naming the key or flag.
 """
 from __future__ import annotations
@@ -17,7 +21,12 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from broker.config import BrokerConfig
 from dledger.config import DLedgerConfig, FlushMode, PeerAddress, parse_peers
+
+BROKER_TABLE = "broker"
+# Follow from the group and its peers, not from configuration.
+_DERIVED_BROKER_FIELDS = ("broker_name", "endpoints")
 
 
 class ConfigError(ValueError):
@@ -66,6 +75,7 @@ def config_from_args(args: argparse.Namespace) -> DLedgerConfig:
     values: dict[str, Any] = {}
     if getattr(args, "config", None):
         values.update(load_toml(args.config))
+        values.pop(BROKER_TABLE, None)
     flag_fields = ["self_id", "peers", "data_dir", "group"] + [f for _, f, _, _ in TUNING_FLAGS]
     for name in flag_fields:
         value = getattr(args, name, None)
@@ -75,6 +85,26 @@ def config_from_args(args: argparse.Namespace) -> DLedgerConfig:
         values["metrics_address"] = metrics_address_for_port(args.metrics_port,
                                                              getattr(args, "metrics_host", None) or "127.0.0.1")
     return build_config(values)
+
+
+def broker_settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The `[broker]` table of the TOML file, checked and converted to
+    BrokerConfig's field types (empty without a file or a table)."""
+    if not getattr(args, "config", None):
+        return {}
+    table = load_toml(args.config).get(BROKER_TABLE, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"[{BROKER_TABLE}] must be a table of BrokerConfig settings")
+    return build_broker_settings(table)
+
+
+def build_broker_settings(table: dict[str, Any]) -> dict[str, Any]:
+    hints = typing.get_type_hints(BrokerConfig)
+    known = {f.name for f in dataclasses.fields(BrokerConfig)} - set(_DERIVED_BROKER_FIELDS)
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(f"unknown broker setting {unknown[0]!r} (settings are BrokerConfig field names)")
+    return {name: convert(f"{BROKER_TABLE}.{name}", value, hints[name]) for name, value in table.items()}
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -28,14 +28,15 @@ from typing import Any, Iterable, Sequence
 from dledger.server import DLedgerServer
 from store import codec
 from store.codec import MessageExt
-from store.commit_log import DLEDGER_HEADER_SIZE, DLedgerCommitLog, PutResult
+from dledger.errors import DLedgerError
+from store.commit_log import DLEDGER_HEADER_SIZE, DLedgerCommitLog, PutResult, store_error
 from store.config import MessageStoreConfig
 from store.config_manager import ConfigManager
 from store.consume_queue import GetStatus
 from store.consume_queue_store import ConsumeQueueStore
 from store.consumer_offset import ConsumerOffsetManager, OffsetCommit, offsets_payload
-from store.errors import (MessageDecodeError, MessageTooLargeError, QueueIdError, StoreFailedError,
-                          StoreUnavailableError, TopicNotFoundError)
+from store.errors import (MessageDecodeError, MessageTooLargeError, PutOutcomeUnknownError, QueueIdError,
+                          StoreFailedError, StoreUnavailableError, TopicNotFoundError)
 from store.index_service import IndexService
 from store.reput import ArrivalListener, ReputMessageService, SystemEntryHandler
 from store.socket_address import SocketAddress
@@ -273,10 +274,14 @@ class MessageStore:
         """Write a system entry and wait until this node has applied it, so the
         caller reads its effect at once. Returns its index."""
         await self._ready_for_writes()
-        index, _, _ = await self.server.append([encode_system_entry(kind, payload)])
+        try:
+            index, _, _ = await self.server.append([encode_system_entry(kind, payload)])
+        except DLedgerError as error:
+            raise store_error(error) from None
         assert self.reput is not None
         if not await self.reput.wait_applied(index, self.server.config.max_wait_ack_s):
-            raise StoreUnavailableError(f"system entry {index} is committed but not applied here in time")
+            # Committed, so it takes effect; the caller just cannot read it here yet.
+            raise PutOutcomeUnknownError(f"system entry {index} is committed but not applied here in time")
         return index
 
     async def update_topic(self, config: TopicConfig) -> None:
@@ -371,6 +376,12 @@ class MessageStore:
             else:
                 high = middle
         return low
+
+    async def wait_applied(self, index: int, timeout: float) -> bool:
+        """Wait until this node has applied entries up to `index` (what a put
+        wrote is then in the derived state); False on timeout."""
+        reput = self._require_started()[0]
+        return await reput.wait_applied(index, timeout)
 
     @property
     def applied_index(self) -> int:
