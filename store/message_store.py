@@ -54,6 +54,18 @@ DEFAULT_MAX_PULL_BYTES = 4 << 20
 READY_POLL_S = 0.005
 
 
+async def _in_thread(function: Any, *args: Any) -> None:
+    """Run file work in a thread; when the caller is cancelled (shutdown
+    stopping a periodic flush), wait for the thread before giving up its lock,
+    or the final flush would write the same temp files at the same time."""
+    work = asyncio.ensure_future(asyncio.to_thread(function, *args))
+    try:
+        await asyncio.shield(work)
+    except asyncio.CancelledError:
+        await work
+        raise
+
+
 @dataclass
 class GetMessageResult:
     """RocketMQ's GetMessageResult: what a pull found and where to go next."""
@@ -190,9 +202,9 @@ class MessageStore:
         # files hold, or entries between the two would never reach them.
         applied, timestamp = min(progress.applied_index, self._configs_cover), progress.last_store_timestamp
         confirm = self.commit_log.committed_end()
-        await asyncio.to_thread(self._flush_files)
+        await _in_thread(self._flush_files)
         checkpoint = StoreCheckpoint(timestamp, timestamp, timestamp, confirm, confirm, applied)
-        await asyncio.to_thread(checkpoint.save, self._checkpoint_path)
+        await _in_thread(checkpoint.save, self._checkpoint_path)
         self.checkpoint = checkpoint
 
     def _flush_files(self) -> None:
@@ -209,7 +221,7 @@ class MessageStore:
             snapshots = [(manager, manager.snapshot(force)) for manager in self.managers]
             for manager, snapshot in snapshots:
                 if snapshot is not None:
-                    await asyncio.to_thread(manager.write, *snapshot)
+                    await _in_thread(manager.write, *snapshot)
             self._configs_cover = max(self._configs_cover, covered)
 
     async def clean_expired(self) -> None:
