@@ -52,3 +52,9 @@ class BrokerConfig:
     transaction_check_max: int = 15
     # A producer's recovery duration is capped here (ProxyConfig.maxTransactionRecoverySecond, 1 h).
     max_transaction_recovery_s: float = 3600.0
+    # A half message still undecided this long after it was stored is rolled
+    # back even if fewer checks reached a producer (the 5.x documentation's
+    # maximum half-message lifetime, 4 h): only checks a connected producer
+    # was sent count toward transaction_check_max, so without this a half
+    # whose producer never comes back would wait forever.
+    transaction_max_lifetime_s: float = 4 * 3600.0

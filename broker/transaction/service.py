@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import AsyncIterator, Callable
 
 from broker import validation
-from broker.clients import ClientRegistry
+from broker.clients import ClientRegistry, ClientSession
 from broker.config import BrokerConfig
 from broker.errors import BrokerError
 from broker.leadership import LeaderGate, TermClaims, nothing_written, wait_ready_term
@@ -79,6 +79,19 @@ class _KeyedLocks:
                 self._locks[key] = (lock, users - 1)
 
 
+class _TermDict:
+    """A dict valid for one term (TermClaims' shape, with values)."""
+
+    def __init__(self) -> None:
+        self.term = -1
+        self._items: dict[int, int] = {}
+
+    def for_term(self, term: int) -> dict[int, int]:
+        if term != self.term:
+            self.term, self._items = term, {}
+        return self._items
+
+
 class TransactionService:
     def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicService, clients: ClientRegistry,
                  gate: LeaderGate, clock: Callable[[], int] = wall_ms) -> None:
@@ -96,6 +109,10 @@ class TransactionService:
         self._ending = TermClaims()
         self._locks = _KeyedLocks()
         self._round_robin = itertools.count()
+        # Half messages due for a check that no producer could take, and until
+        # when this leader leaves them (leader-local, like the claims).
+        self._waiting_for_producer = _TermDict()
+        self._reported_unasked: set[int] = set()
         self.checks_sent = 0
 
     # -------------------------------------------------------------- sending
@@ -224,46 +241,67 @@ class TransactionService:
                             type(error).__name__, error, interval)
 
     async def check_once(self, term: int) -> None:
+        now = self.clock()
         ending = self._ending.for_term(term)
         self._ending.keep_only(self.state.halves)
-        due = self.state.due_for_check(self.clock(), CHECK_BATCH, exclude=ending)
-        expired = [h for h in due if h.check_times >= self.config.transaction_check_max]
-        to_check = [h for h in due if h.check_times < self.config.transaction_check_max]
+        waiting = self._waiting_for_producer.for_term(term)
+        for offset, until in list(waiting.items()):
+            if until <= now or offset not in self.state.halves:
+                del waiting[offset]
+        self._reported_unasked = {o for o in self._reported_unasked if o in self.state.halves}
+        due = self.state.due_for_check(now, CHECK_BATCH, exclude=ending | waiting.keys())
+        expired = [h for h in due if self._expired(h, now)]
         if expired:
             await self._roll_back_expired(expired, ending)
-        if to_check:
+        asked = [(h, p) for h in due if not self._expired(h, now) and (p := self._producer_for(h, now, waiting))]
+        if asked:
             # Counted before asked: after a failover the count goes on from
-            # here, at worst with one check counted that was never sent.
+            # here, at worst with one check counted that never arrived.
             interval_ms = int(self.config.transaction_check_interval_s * 1000)
             await self.store.append_system_entry(TransactionKind.CHECK,
-                                                 check_payload(to_check, self.clock(), interval_ms))
-            for half in to_check:
-                self._ask_producer(half)
+                                                 check_payload([h for h, _ in asked], now, interval_ms))
+            for half, producer in asked:
+                self._ask(half, producer)
+
+    def _expired(self, half: HalfMessage, now_ms: int) -> bool:
+        return (half.check_times >= self.config.transaction_check_max
+                or now_ms - half.stored_ms >= self.config.transaction_max_lifetime_s * 1000)
+
+    def _producer_for(self, half: HalfMessage, now_ms: int, waiting: dict[int, int]) -> ClientSession | None:
+        """A connected producer of the half's topic to ask (round robin). With
+        none, the check is not counted: it waits an interval on this leader
+        (a producer reconnecting after a failover must not find its
+        transactions rolled back for checks it never got)."""
+        producers = self.clients.producers_of(half.topic)
+        if producers:
+            return producers[next(self._round_robin) % len(producers)]
+        waiting[half.offset] = now_ms + int(self.config.transaction_check_interval_s * 1000)
+        if half.offset not in self._reported_unasked:
+            self._reported_unasked.add(half.offset)
+            log.info("no producer of %s is connected to check the transaction of %s; waiting for one",
+                     half.topic, half.message_id)
+        return None
 
     async def _roll_back_expired(self, expired: list[HalfMessage], ending: set[int]) -> None:
         offsets = [h.offset for h in expired]
         ending.update(offsets)
         try:
-            await self.store.append_system_entry(TransactionKind.ROLLBACK, rollback_payload(expired, "max-checks"))
+            await self.store.append_system_entry(TransactionKind.ROLLBACK, rollback_payload(expired, "unanswered"))
         except (StoreError, DLedgerError) as error:
             if nothing_written(error):
                 ending.difference_update(offsets)
             raise
         for half in expired:
-            log.warning("transaction of %s (%s) rolled back: still undecided after %d check-backs",
-                        half.message_id, half.topic, half.check_times)
+            log.warning("transaction of %s (%s) rolled back: still undecided after %d check-backs and %d s",
+                        half.message_id, half.topic, half.check_times, (self.clock() - half.stored_ms) // 1000)
 
-    def _ask_producer(self, half: HalfMessage) -> None:
-        producers = self.clients.producers_of(half.topic)
+    def _ask(self, half: HalfMessage, producer: ClientSession) -> None:
         stored = self.store.read_message(half.offset)
-        if not producers or stored is None:
-            log.info("no producer of %s is connected to check transaction of %s (check %d of %d)",
-                     half.topic, half.message_id, half.check_times + 1, self.config.transaction_check_max)
-            return
-        session = producers[next(self._round_robin) % len(producers)]
+        if stored is None:
+            return  # gone with retention: the lifetime limit rolls it back
         real = replace(stored, topic=half.topic, queue_id=half.queue_id,
                        properties={k: v for k, v in stored.properties.items() if k not in _HALF_ONLY})
         command = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
             message=to_delivered(real), transaction_id=transaction_id(stored.store_host, half.offset)))
-        self.clients.push(session, command)
+        self.clients.push(producer, command)
         self.checks_sent += 1

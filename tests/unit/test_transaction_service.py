@@ -5,6 +5,8 @@ are checked back with a connected producer, counted on every replica, and
 rolled back after the maximum."""
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from broker.clients import ClientSession
@@ -15,7 +17,8 @@ from store import message_const as mc
 from tests.unit.broker_harness import BrokerCluster, protocol_message
 
 pytestmark = pytest.mark.timeout(90)
-SETTINGS = {"transaction_timeout_s": 5.0, "transaction_check_interval_s": 0.1, "transaction_check_max": 3}
+SETTINGS = {"transaction_timeout_s": 5.0, "transaction_check_interval_s": 0.1, "transaction_check_max": 3,
+            "transaction_max_lifetime_s": 600.0}
 
 
 @pytest.fixture
@@ -119,7 +122,7 @@ async def test_an_undecided_half_is_checked_back_counted_everywhere_then_rolled_
                              what="rolled back after the third check")
     outcome = cluster.brokers[leader].transactions.state.outcome(next(iter(
         cluster.brokers[leader].transactions.state.outcomes)))
-    assert (outcome.resolution, outcome.reason) == ("ROLLBACK", "max-checks")
+    assert (outcome.resolution, outcome.reason) == ("ROLLBACK", "unanswered")
     assert producer.outbox.empty()
 
 
@@ -158,3 +161,22 @@ async def test_a_bad_end_transaction_gets_the_protocols_code_and_decides_nothing
         await broker.transactions.end(request)
     assert refused.value.code == code
     assert len(broker.transactions.state.halves) == 1
+
+
+async def test_without_a_connected_producer_checks_are_not_counted_until_the_lifetime_rolls_it_back(
+        cluster: BrokerCluster):
+    message_id, transaction = await send_half(cluster, b"nobody asked")
+    await cluster.wait_applied()
+    cluster.clock.advance(5_000)
+    await asyncio.sleep(0.5)  # several passes of the checker
+    leader = await cluster.leader_broker()
+    [half] = leader.transactions.state.halves.values()
+    assert half.check_times == 0 and leader.transactions.checks_sent == 0
+    producer = connect_producer(cluster, await cluster.wait_leader())  # it comes (back): it is asked
+    assert (await producer.outbox.get()).recover_orphaned_transaction_command.transaction_id == transaction
+    cluster.clock.advance(600_000)
+    await cluster.eventually(lambda: all(not b.transactions.state.halves for b in cluster.brokers.values()),
+                             what="rolled back at the end of its lifetime")
+    with pytest.raises(BrokerError) as late:
+        await leader.transactions.end(end_request(message_id, transaction, pb.COMMIT))
+    assert late.value.code == pb.INVALID_TRANSACTION_ID
