@@ -13,6 +13,7 @@ leader reads the outcome from the log.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Container
 
 from broker.errors import BrokerError
 from dledger.errors import DLedgerError, ResponseCode
@@ -50,7 +51,7 @@ class TermClaims:
             self._keys = set()
         return self._keys
 
-    def keep_only(self, alive: set[int] | dict[int, object]) -> None:
+    def keep_only(self, alive: Container[int]) -> None:
         """Forget claims on work that is no longer pending (it was applied).
         Costs the number of claims, not the size of `alive`."""
         for key in [key for key in self._keys if key not in alive]:

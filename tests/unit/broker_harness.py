@@ -35,7 +35,7 @@ class WallClock:
 
 class BrokerCluster(StoreCluster):
     def __init__(self, base_dir: str, broker: dict | None = None, **overrides: object) -> None:
-        super().__init__(base_dir, **overrides)
+        super().__init__(base_dir, **overrides)  # type: ignore[arg-type]
         self.broker_settings = broker or {}
         self.brokers: dict[str, Broker] = {}
         self.clock = WallClock()

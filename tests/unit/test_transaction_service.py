@@ -180,3 +180,13 @@ async def test_without_a_connected_producer_checks_are_not_counted_until_the_lif
     with pytest.raises(BrokerError) as late:
         await leader.transactions.end(end_request(message_id, transaction, pb.COMMIT))
     assert late.value.code == pb.INVALID_TRANSACTION_ID
+
+
+async def test_a_retried_transactional_send_is_one_half_message_with_the_same_transaction_id(cluster: BrokerCluster):
+    broker = await cluster.leader_broker()
+    first = protocol_message("Orders", b"retried", message_type=pb.TRANSACTION)
+    answer = await broker.sender.send([first])
+    await cluster.wait_applied()
+    again = await broker.sender.send([first])  # the producer's retry after a lost answer
+    assert again.entries[0].transaction_id == answer.entries[0].transaction_id != ""
+    assert len(broker.transactions.state.halves) == 1
