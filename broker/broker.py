@@ -43,6 +43,8 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self.timers.run(), name="TimerDeliverer"),
                        loop.create_task(self.transactions.run(), name="TransactionChecker")]
+        for task in self._tasks:
+            task.add_done_callback(_report_death)
         log.info("broker %s serving, endpoints %s", self.config.broker_name, ",".join(self.config.endpoints))
 
     async def stop(self) -> None:
@@ -63,3 +65,10 @@ class Broker:
             await self.store.update_group(config)
             log.info("created consumer group %s", group)
         return config
+
+
+def _report_death(task: asyncio.Task[None]) -> None:
+    """A broker task ends only when cancelled; anything else stops timers or
+    checks on this node and must be seen, not swallowed at shutdown."""
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("%s stopped: %r", task.get_name(), task.exception(), exc_info=task.exception())

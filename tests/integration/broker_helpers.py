@@ -42,7 +42,10 @@ def message(topic: str, body: bytes = b"hello", user: dict[str, str] | None = No
 
 async def send(stub: service_pb2_grpc.MessagingServiceStub, *messages: pb.Message,
                metadata: list[tuple[str, str]] = METADATA) -> spb.SendMessageResponse:
-    return await stub.SendMessage(spb.SendMessageRequest(messages=list(messages)), metadata=metadata, timeout=15)
+    """SendMessage as a client makes it: retried while no leader is ready
+    (same message ids, so a retry is not stored twice)."""
+    request = spb.SendMessageRequest(messages=list(messages))
+    return await retrying(lambda: stub.SendMessage(request, metadata=metadata, timeout=15))
 
 
 def stubs_of(addresses: dict[str, str]) -> tuple[dict[str, grpc.aio.Channel], dict[str, service_pb2_grpc.MessagingServiceStub]]:
@@ -113,9 +116,10 @@ class Watcher:
         self.copies: dict[str, int] = {}
 
     def poll(self) -> None:
-        now = int(time.time() * 1000)
+        found = self.reader.messages(self.topic, self.queues)
+        now = int(time.time() * 1000)  # after reading: nothing is noted as seen before it was there
         counts: dict[str, int] = {}
-        for stored in self.reader.messages(self.topic, self.queues):
+        for stored in found:
             message_id = stored.uniq_key or ""
             counts[message_id] = counts.get(message_id, 0) + 1
             self.seen.setdefault(message_id, (now, stored))

@@ -125,9 +125,8 @@ async def test_a_recalled_message_is_never_delivered_and_recall_answers_what_hap
     handles = [(await send(by_node[leader], m)).entries[0].recall_handle for m in (kept, recalled)]
 
     async def recall(topic: str, handle: str, node: str = leader) -> spb.RecallMessageResponse:
-        return await by_node[node].RecallMessage(spb.RecallMessageRequest(topic=pb.Resource(name=topic),
-                                                                          recall_handle=handle),
-                                                 metadata=METADATA, timeout=10)
+        request = spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle=handle)
+        return await retrying(lambda: by_node[node].RecallMessage(request, metadata=METADATA, timeout=10))
 
     answer = await recall("Recall", handles[1], node=follower)  # forwarded to the leader
     assert answer.status.code == pb.OK, answer.status

@@ -84,9 +84,9 @@ async def send_half(stub, m: pb.Message) -> spb.SendResultEntry:
 
 async def end(stub, topic: str, entry: spb.SendResultEntry, resolution: int,
               source: int = pb.SOURCE_CLIENT) -> spb.EndTransactionResponse:
-    return await stub.EndTransaction(spb.EndTransactionRequest(
-        topic=pb.Resource(name=topic), message_id=entry.message_id, transaction_id=entry.transaction_id,
-        resolution=resolution, source=source), metadata=METADATA, timeout=10)
+    request = spb.EndTransactionRequest(topic=pb.Resource(name=topic), message_id=entry.message_id,
+                                        transaction_id=entry.transaction_id, resolution=resolution, source=source)
+    return await retrying(lambda: stub.EndTransaction(request, metadata=METADATA, timeout=10))
 
 
 def watcher(cluster: ProcessCluster, node: str, topic: str) -> Watcher:
