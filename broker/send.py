@@ -128,7 +128,9 @@ class SendService:
             key = (config.topic_name, message_id)
             stored = self._stored_form(config, message, now)
             # A timer due by the time of a retry goes straight to its topic: look in both.
-            known = self.recent.get(stored.topic, message_id) or self.recent.get(*key)
+            known = self.recent.get(stored.topic, message_id)
+            if known is None and stored.topic != config.topic_name:
+                known = self.recent.get(*key)
             if known is not None:
                 entries[i] = self._receipt(message, known, config.topic_name)
             elif key in self._sending:
