@@ -82,6 +82,8 @@ def nothing_written(error: BaseException) -> bool:
     be tried again in this term). Only an unknown outcome may have written."""
     if isinstance(error, PutOutcomeUnknownError):
         return False
+    if isinstance(error, BrokerError):
+        return True  # refused before anything was written
     if isinstance(error, DLedgerError):
         return error.code in (ResponseCode.NOT_LEADER, ResponseCode.LEADER_NOT_READY,
                               ResponseCode.LEADER_TRANSFERRING, ResponseCode.LEADER_PENDING_FULL)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from typing import Awaitable, Callable
 
 from broker.config import BrokerConfig
 from broker.errors import BrokerError
@@ -150,21 +150,29 @@ class TimerService:
                 gone.append(timer)
             else:
                 copies.append(copy)
-        offsets = [timer.offset for timer in due]
-        delivering.update(offsets)
-        try:
-            if gone:
-                await self.store.append_system_entry(TimerKind.CANCEL, cancel_payload(gone, "gone"))
-            if copies:
-                await self.store.put_messages(copies)
-        except (StoreError, DLedgerError) as error:
-            if nothing_written(error):
-                delivering.difference_update(offsets)
-            raise
+        if gone:
+            await self._claimed(delivering, gone, self.store.append_system_entry(
+                TimerKind.CANCEL, cancel_payload(gone, "gone")))
+        if copies:
+            await self._claimed(delivering, [t for t in due if t not in gone], self.store.put_messages(copies))
         self.delivered += len(copies)
         late = now - due[0].due_ms
         if late > 1000:
             log.warning("delivered %d timers, the earliest %d ms after its due time", len(copies), late)
+
+    @staticmethod
+    async def _claimed(delivering: set[int], timers: list[Timer], write: Awaitable[object]) -> None:
+        """Run `write` with its timers claimed; a failure that wrote nothing
+        frees them for another try, one whose outcome is unknown keeps them
+        until the log tells (the write lands unless the term ends)."""
+        offsets = [timer.offset for timer in timers]
+        delivering.update(offsets)
+        try:
+            await write
+        except (StoreError, DLedgerError) as error:
+            if nothing_written(error):
+                delivering.difference_update(offsets)
+            raise
 
     def _copy_of(self, timer: Timer) -> MessageExt | None:
         """The message as its consumers get it, or None (and a log line) when

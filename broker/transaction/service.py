@@ -202,11 +202,12 @@ class TransactionService:
                 await self._commit(half)
             else:
                 await self.store.append_system_entry(TransactionKind.ROLLBACK, rollback_payload([half], reason))
-        except (StoreError, DLedgerError) as error:
+        except (StoreError, DLedgerError, BrokerError) as error:
             if nothing_written(error):
                 ending.discard(half.offset)
             raise
-        log.info("transaction of %s (%s) ended: %s by %s", half.message_id, half.topic, resolution, reason)
+        # One per transaction: a debug line (a busy producer ends thousands a second).
+        log.debug("transaction of %s (%s) ended: %s by %s", half.message_id, half.topic, resolution, reason)
 
     async def _commit(self, half: HalfMessage) -> None:
         stored = self.store.read_message(half.offset)
