@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from typing import Awaitable, Callable
 
@@ -50,10 +51,16 @@ class TimerService:
         self.state = TimerState(store.config.config_dir, self.levels)
         store.add_manager(self.state)
         store.add_arrival_listener(self._on_arrival)
+        store.server.retention_floors.append(self._retention_floor)
         self._delivering = TermClaims()
         self._recalling = TermClaims()
         self._wake = asyncio.Event()
         self.delivered = 0
+
+    def _retention_floor(self) -> int:
+        """The log keeps everything from the oldest pending message on."""
+        oldest = self.state.oldest_index()
+        return sys.maxsize if oldest is None else oldest
 
     def _on_arrival(self, request: DispatchRequest, index: int) -> None:
         if self.state.on_arrival(request, index):

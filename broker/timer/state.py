@@ -45,6 +45,7 @@ class Timer:
     message_id: str
     topic: str        # where it is delivered
     queue_id: int
+    index: int        # the timer message's log entry: retention keeps the log from the oldest
 
 
 def cancel_payload(timers: Iterable[Timer], reason: str) -> dict[str, Any]:
@@ -54,6 +55,10 @@ def cancel_payload(timers: Iterable[Timer], reason: str) -> dict[str, Any]:
 class TimerState(ConfigManager):
     file_name = "timers.json"
     kinds = frozenset({TimerKind.CANCEL})
+    # Not in the log's metadata snapshots (millions of timers would not fit
+    # one entry): the log is kept from the oldest pending timer message
+    # instead, so a replica replaying it from its start derives them all.
+    in_metadata_snapshot = False
 
     def __init__(self, config_dir: str, levels: DelayLevels) -> None:
         super().__init__(config_dir)
@@ -76,7 +81,7 @@ class TimerState(ConfigManager):
         if index <= self.applied_index:
             return False  # a replay after a restart: already in this state
         if request.topic in TIMER_TOPICS:
-            timer = self._timer_of(request)
+            timer = self._timer_of(request, index)
             if timer is not None:
                 self._add(timer)
             self.applied_index = index
@@ -94,7 +99,7 @@ class TimerState(ConfigManager):
                 if timer is not None and timer.message_id == message_id:
                     self._remove(timer.offset)
 
-    def _timer_of(self, request: DispatchRequest) -> Timer | None:
+    def _timer_of(self, request: DispatchRequest, index: int) -> Timer | None:
         properties = request.properties
         try:
             if mc.TIMER_DELIVER_MS in properties:
@@ -102,7 +107,7 @@ class TimerState(ConfigManager):
             else:
                 due = request.store_timestamp + self.levels.delay_ms(int(properties[mc.DELAY_TIME_LEVEL]))
             return Timer(request.physical_offset, due, request.uniq_key or "", properties[mc.REAL_TOPIC],
-                         int(properties.get(mc.REAL_QUEUE_ID, "0")))
+                         int(properties.get(mc.REAL_QUEUE_ID, "0")), index)
         except (KeyError, ValueError) as error:
             # Only the broker writes timer topics; a message it cannot read as a
             # timer stays in the log, undelivered, and says so once.
@@ -153,6 +158,11 @@ class TimerState(ConfigManager):
             heapq.heappush(heap, pair)
         return [self.pending[offset] for _, offset in found]
 
+    def oldest_index(self) -> int | None:
+        """The log entry of the oldest pending timer. Timers arrive in log
+        order and the dict keeps insertion order, so it is the first one."""
+        return next(iter(self.pending.values())).index if self.pending else None
+
     def next_due_ms(self) -> int | None:
         """When the earliest pending timer is due (None: no timers)."""
         heap = self._heap
@@ -170,7 +180,8 @@ class TimerState(ConfigManager):
 
     def decode(self, data: dict[str, Any]) -> None:
         self.pending = {}
-        for offset, due, message_id, topic, queue_id in data["timers"]:
-            timer = Timer(int(offset), int(due), str(message_id), str(topic), int(queue_id))
+        # Sorted by offset in the file, which is log order: oldest_index relies on it.
+        for offset, due, message_id, topic, queue_id, index in sorted(data["timers"]):
+            timer = Timer(int(offset), int(due), str(message_id), str(topic), int(queue_id), int(index))
             self.pending[timer.offset] = timer
         self._rebuild_heap()

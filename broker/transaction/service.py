@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import logging
 import math
+import sys
 import time
 from dataclasses import replace
 from typing import AsyncIterator, Callable
@@ -104,6 +105,7 @@ class TransactionService:
         self.state = TransactionState(store.config.config_dir, int(config.transaction_timeout_s * 1000))
         store.add_manager(self.state)
         store.add_arrival_listener(self.state.on_arrival)
+        store.server.retention_floors.append(self._retention_floor)
         # Half messages whose commit or rollback this term has written (or is
         # writing): neither another end nor the checker may decide them again.
         self._ending = TermClaims()
@@ -114,6 +116,11 @@ class TransactionService:
         self._waiting_for_producer = _TermDict()
         self._reported_unasked: set[int] = set()
         self.checks_sent = 0
+
+    def _retention_floor(self) -> int:
+        """The log keeps everything from the oldest pending message on."""
+        oldest = self.state.oldest_index()
+        return sys.maxsize if oldest is None else oldest
 
     # -------------------------------------------------------------- sending
     def to_half_message(self, stored: MessageExt, message: pb.Message) -> MessageExt:

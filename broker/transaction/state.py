@@ -52,6 +52,7 @@ class HalfMessage:
     queue_id: int
     stored_ms: int
     next_check_ms: int
+    index: int            # the half message's log entry: retention keeps the log from the oldest
     check_times: int = 0
 
 
@@ -74,6 +75,10 @@ def check_payload(halves: Iterable[HalfMessage], checked_ms: int, interval_ms: i
 class TransactionState(ConfigManager):
     file_name = "transactions.json"
     kinds = frozenset({TransactionKind.ROLLBACK, TransactionKind.CHECK})
+    # Not in the log's metadata snapshots: the log is kept from the oldest
+    # undecided half message instead (see TimerState), so replaying it derives
+    # them, their check counts and outcomes since.
+    in_metadata_snapshot = False
 
     def __init__(self, config_dir: str, default_immunity_ms: int) -> None:
         super().__init__(config_dir)
@@ -93,7 +98,7 @@ class TransactionState(ConfigManager):
             return  # a replay after a restart: already in this state
         kind = mc.transaction_type(request.sys_flag)
         if request.topic == HALF_TOPIC and kind == mc.TRANSACTION_PREPARED_TYPE:
-            self._add(request)
+            self._add(request, index)
             self.applied_index = index
         elif kind == mc.TRANSACTION_COMMIT_TYPE:
             self._resolve([(request.prepared_transaction_offset, request.uniq_key or "")], COMMIT, "commit")
@@ -111,7 +116,7 @@ class TransactionState(ConfigManager):
                     half.check_times += 1
                     half.next_check_ms = next_check
 
-    def _add(self, request: DispatchRequest) -> None:
+    def _add(self, request: DispatchRequest, index: int) -> None:
         properties = request.properties
         try:
             topic = properties[mc.REAL_TOPIC]
@@ -123,7 +128,7 @@ class TransactionState(ConfigManager):
         immunity_ms = self._immunity_ms(properties.get(mc.CHECK_IMMUNITY_TIME_IN_SECONDS))
         self.halves[request.physical_offset] = HalfMessage(
             request.physical_offset, request.uniq_key or "", topic, queue_id, request.store_timestamp,
-            request.store_timestamp + immunity_ms)
+            request.store_timestamp + immunity_ms, index)
 
     def _immunity_ms(self, text: str | None) -> int:
         """RocketMQ's getImmunityTime: the property in seconds, or the default."""
@@ -142,6 +147,11 @@ class TransactionState(ConfigManager):
             if len(self.outcomes) > REMEMBERED_OUTCOMES:
                 self.outcomes.popitem(last=False)
 
+    def oldest_index(self) -> int | None:
+        """The log entry of the oldest undecided half message (halves arrive in
+        log order; the dict keeps insertion order)."""
+        return next(iter(self.halves.values())).index if self.halves else None
+
     # ------------------------------------------------------------- decisions
     def due_for_check(self, now_ms: int, limit: int, exclude: set[int] | frozenset[int] = frozenset()
                       ) -> list[HalfMessage]:
@@ -158,8 +168,10 @@ class TransactionState(ConfigManager):
 
     def decode(self, data: dict[str, Any]) -> None:
         self.halves = {}
-        for offset, message_id, topic, queue_id, stored_ms, next_check_ms, check_times in data["halves"]:
+        # Sorted by offset in the file, which is log order: oldest_index relies on it.
+        for offset, message_id, topic, queue_id, stored_ms, next_check_ms, index, check_times in \
+                sorted(data["halves"]):
             self.halves[int(offset)] = HalfMessage(int(offset), str(message_id), str(topic), int(queue_id),
-                                                   int(stored_ms), int(next_check_ms), int(check_times))
+                                                   int(stored_ms), int(next_check_ms), int(index), int(check_times))
         self.outcomes = OrderedDict((int(offset), Outcome(str(message_id), str(resolution), str(reason)))
                                     for offset, message_id, resolution, reason in data.get("outcomes", []))

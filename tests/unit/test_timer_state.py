@@ -95,7 +95,7 @@ def test_the_snapshot_brings_back_every_pending_timer_in_due_order(state: TimerS
     assert state.persist()
     restored = TimerState(str(tmp_path), LEVELS)
     restored.load()
-    assert restored.applied_index == 4
+    assert restored.applied_index == 4 and restored.oldest_index() == 1
     assert [(t.offset, t.due_ms) for t in restored.due(10_000, limit=10)] == [(20, 1_000), (10, 3_000)]
     assert json.loads(open(restored.path).read())["timers"][0][:2] == [10, 3_000]
 
