@@ -16,6 +16,7 @@ from broker.timer.service import TimerService
 from broker.topics import TopicService
 from broker.transaction.service import TransactionService
 from dledger.server import DLedgerServer
+from dledger.tasks import start_task
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from store.message_store import MessageStore
 from store.subscription_group import SubscriptionGroupConfig
@@ -40,9 +41,8 @@ class Broker:
 
     async def start(self) -> None:
         # On every node; each acts only while its node leads (broker/leadership.py).
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self.timers.run(), name="TimerDeliverer"),
-                       loop.create_task(self.transactions.run(), name="TransactionChecker")]
+        self._tasks = [start_task(self.timers.run(), "TimerDeliverer"),
+                       start_task(self.transactions.run(), "TransactionChecker")]
         for task in self._tasks:
             task.add_done_callback(_report_death)
         log.info("broker %s serving, endpoints %s", self.config.broker_name, ",".join(self.config.endpoints))

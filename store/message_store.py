@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from dledger.server import DLedgerServer
+from dledger.tasks import start_task
 from store import codec
 from store.codec import MessageExt
 from dledger.errors import DLedgerError
@@ -163,15 +164,12 @@ class MessageStore:
                  "applying from entry %d (committed %d)", config.store_dir,
                  "recovering after a crash" if crashed else "clean start", len(queues), dropped,
                  resume + 1, self.commit_log.committed_index)
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self.reput.run(), name="ReputMessageService"),
-                       loop.create_task(self._every(config.flush_interval_s, self.flush), name="FlushConsumeQueue"),
-                       loop.create_task(self._every(config.config_persist_interval_s, self.persist_configs),
-                                        name="PersistConfigs"),
-                       loop.create_task(self._every(config.clean_interval_s, self.clean_expired),
-                                        name="CleanConsumeQueue"),
-                       loop.create_task(self._every(SNAPSHOT_CHECK_S, self._maybe_snapshot_metadata),
-                                        name="MetadataSnapshot")]
+        self._tasks = [
+            start_task(self.reput.run(), "ReputMessageService"),
+            start_task(self._every(config.flush_interval_s, self.flush), "FlushConsumeQueue"),
+            start_task(self._every(config.config_persist_interval_s, self.persist_configs), "PersistConfigs"),
+            start_task(self._every(config.clean_interval_s, self.clean_expired), "CleanConsumeQueue"),
+            start_task(self._every(SNAPSHOT_CHECK_S, self._maybe_snapshot_metadata), "MetadataSnapshot")]
         self.started = True
 
     async def shutdown(self) -> None:
