@@ -11,6 +11,8 @@ they print (issue 2), so both stay exactly as documented:
     dledger read --servers ... [--from ID] [--start I] [--end J] --json
     dledger bench append --servers ... --size BYTES --inflight K --duration SECONDS [--batch B] --json
     dledger leader transfer --servers ... --to ID
+    dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...] [--seed N]
+                  [--workload log|broker] [--out DIR] --json
 
 Exit codes: 0 success, 1 a failure (message on stderr), 2 a usage error.
 """
@@ -25,6 +27,7 @@ import os
 import sys
 from typing import Any, Awaitable, Callable
 
+from cluster.chaos.command import add_arguments as add_chaos_arguments
 from cluster.config import ConfigError, add_node_arguments, config_from_args
 from dledger.client import DLedgerClient, parse_servers
 from dledger.errors import DLedgerError
@@ -177,6 +180,12 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group))
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from cluster.chaos.command import run as run_chaos
+
+    return run_chaos(args)
+
+
 def fail(command: str, message: str, code: int = 1) -> int:
     print(f"dledger {command}: error: {message}", file=sys.stderr, flush=True)
     return code
@@ -274,6 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
     transfer = _client_parser(leader_commands, "transfer", "hand leadership to a node")
     transfer.add_argument("--to", required=True, metavar="ID")
     transfer.set_defaults(run=cmd_leader_transfer)
+
+    chaos = commands.add_parser("chaos", help="kill, partition and pause a local cluster under load, then check it",
+                                description="Start a local cluster behind fault proxies, load it, inject faults "
+                                            "from a seeded schedule, and check the committed logs.")
+    add_chaos_arguments(chaos)
+    chaos.set_defaults(run=cmd_chaos)
     return parser
 
 
@@ -284,7 +299,7 @@ def run(argv: list[str] | None = None) -> int:
         parser.error("append: --count needs --size")
     if args.run is cmd_bench_append and args.duration <= 0:
         parser.error("bench append: --duration must be positive")
-    if args.run in (cmd_node, cmd_cluster_up):
+    if args.run in (cmd_node, cmd_cluster_up, cmd_chaos):
         return args.run(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
