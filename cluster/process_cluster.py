@@ -97,6 +97,11 @@ class ProcessCluster:
         """Nodes that exited on their own (not killed here), with exit codes."""
         return {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
 
+    def kill_all(self) -> None:
+        """SIGKILL every node: the quick teardown when the files no longer matter."""
+        for node in list(self.procs):
+            self.kill(node)
+
     def stop_all(self) -> None:
         for node in list(self.paused):
             self.resume(node)  # a stopped process cannot act on SIGTERM
