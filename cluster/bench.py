@@ -2,7 +2,9 @@
 
 K workers share one client (one HTTP/2 channel per server, so K calls are
 multiplexed on one connection, as a real producer would); each loops "append
-B bodies of SIZE bytes, wait for the commit" until the duration is over. An
+B bodies of SIZE bytes, wait for the commit" until the duration is over. The
+client coalesces calls that are waiting into shared RPCs, as a Kafka producer
+batches records (`coalesce=False`: one RPC per call). An
 acknowledged entry is one whose append call returned successfully; a failed
 call counts nothing and is reported on stderr.
 """
@@ -59,12 +61,12 @@ def percentile(ordered: list[float], fraction: float) -> float:
 
 
 async def bench_append(servers: list[str] | str, size: int, inflight: int, duration_s: float,
-                       batch: int = 1, group: str = "default") -> BenchResult:
+                       batch: int = 1, group: str = "default", coalesce: bool = True) -> BenchResult:
     if size < 0 or inflight < 1 or batch < 1 or duration_s <= 0:
         raise ValueError("need --size >= 0, --inflight >= 1, --batch >= 1, --duration > 0")
     bodies = [os.urandom(size) for _ in range(batch)]
     result = BenchResult(size, inflight, batch, 0.0, 0)
-    async with DLedgerClient(servers, group) as client:
+    async with DLedgerClient(servers, group, coalesce=coalesce) as client:
         await client.leader()  # find it before the clock starts
         start = time.perf_counter()
         stop_at = start + duration_s

@@ -129,7 +129,7 @@ async def cmd_get(args: argparse.Namespace) -> int:
 async def cmd_read(args: argparse.Namespace) -> int:
     out = sys.stdout
     async with DLedgerClient(args.servers, args.group) as client:
-        async for entry in client.read(args.start, args.end, args.from_id):
+        async for entry in client.read(args.start, args.end, args.from_id, include_system=args.all):
             if args.json:
                 out.write(dumps(entry_json(entry)) + "\n")
             else:
@@ -142,7 +142,7 @@ async def cmd_bench_append(args: argparse.Namespace) -> int:
     from cluster.bench import bench_append, report_errors
 
     result = await bench_append(args.servers, args.size, args.inflight, args.duration,
-                                args.batch, args.group)
+                                args.batch, args.group, coalesce=not args.no_coalesce)
     report_errors(result)
     line = result.to_json()
     print(dumps(line) if args.json else " ".join(f"{k}={v}" for k, v in line.items()))
@@ -266,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="read node ID's own log instead of the leader's")
     read.add_argument("--start", type=int, default=-1, help="first index (default: the begin index)")
     read.add_argument("--end", type=int, default=-1, help="last index (default: the committed index)")
+    read.add_argument("--all", action="store_true",
+                      help="also the log's own entries (the NOOP opening each term, producer marks)")
     read.set_defaults(run=cmd_read)
 
     bench = commands.add_parser("bench", help="benchmarks")
@@ -276,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_append.add_argument("--duration", type=float, required=True, metavar="SECONDS")
     bench_append.add_argument("--batch", type=positive_int, default=1, metavar="B",
                               help="entries per call (default 1)")
+    bench_append.add_argument("--no-coalesce", action="store_true",
+                              help="one Append RPC per call (by default the client coalesces concurrent calls)")
     bench_append.set_defaults(run=cmd_bench_append)
 
     leader = commands.add_parser("leader", help="leadership")

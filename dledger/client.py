@@ -6,22 +6,28 @@ it, follows NOT_LEADER answers, and retries across a leader change with
 tenacity: short jittered waits (20 ms growing to 200 ms) bounded by one overall
 deadline per call (10 s by default), trying every server it knows.
 
-Appends are NOT idempotent yet (that comes with request ids in a later issue):
-an append whose answer was lost — a timeout, TERM_CHANGED, a connection that
-broke after the request left — may or may not have been committed, and
-retrying it could store the entry twice. So an append is retried only where
-the entry was surely not appended (NOT_LEADER, LEADER_TRANSFERRING,
-LEADER_PENDING_FULL) and on UNAVAILABLE, which is nearly always "connection
-refused" to a dead node; the rare UNAVAILABLE after the request left is the
-one place a duplicate can still slip in. WAIT_QUORUM_ACK_TIMEOUT,
-TERM_CHANGED and DEADLINE_EXCEEDED are raised to the caller, who knows
-whether a duplicate matters.
+Appends are idempotent by default, as in Kafka's producer: the client names
+itself with a random producer id and numbers its Append requests; the group
+remembers, in the replicated log itself, which (producer, sequence) pairs it
+holds, and answers a repeated one with the original indexes. So an append
+whose answer was lost (a timeout, TERM_CHANGED, a connection broken after the
+request left, a leader killed) is simply retried until the deadline, without
+storing anything twice. With `producer_id=""` the client is not idempotent and
+retries only where the entry was surely not appended.
+
+Concurrent append() calls are coalesced: while `max_inflight_appends` Append
+RPCs are in flight, calls that arrive queue up and leave together in the next
+RPC (Kafka's producer batching, with no linger: a lone call goes out at once).
+Python gRPC costs about as much per call as per kilobyte, so this is what lets
+many small appends through; `coalesce=False` sends one RPC per call.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 
 import grpc
@@ -63,8 +69,16 @@ OUTCOME_UNKNOWN = frozenset({
 })
 # Retries for requests that change nothing (metadata, get, read).
 READ_RETRY = LEADER_MOVED | OUTCOME_UNKNOWN | {ResponseCode.NETWORK_ERROR}
-# Retries for appends: only where a retry cannot duplicate (see module doc).
+# Retries for appends without a producer id: only where a retry cannot duplicate.
 APPEND_RETRY = LEADER_MOVED | {ResponseCode.NETWORK_ERROR, ResponseCode.LEADER_PENDING_FULL}
+# With a producer id the group recognises a repeated request, so an unknown
+# outcome is retried too.
+IDEMPOTENT_APPEND_RETRY = APPEND_RETRY | OUTCOME_UNKNOWN
+
+# Coalescing limits: Append RPCs in flight per client, and what one carries.
+MAX_INFLIGHT_APPENDS = 4
+MAX_COALESCED_ENTRIES = 2000
+MAX_COALESCED_BYTES = 4 << 20
 
 R = TypeVar("R")
 Stub = dledger_pb2_grpc.DLedgerServiceStub
@@ -144,20 +158,39 @@ def node_status_row(address: str, metadata: pb.MetadataResponse | None,
 
 
 @dataclass
+class _QueuedAppend:
+    """One append() call waiting for a coalesced RPC."""
+    bodies: list[bytes]
+    size: int
+    future: asyncio.Future[AppendResult] = field(repr=False)
+
+
+@dataclass
 class _ReadCursor:
     """Where a range read stands, so that a broken stream resumes after the
     last entry delivered (committed entries never change, so this is safe)."""
     next_index: int
     end_index: int
+    include_system: bool = False
     call: Any = None
 
 
 class DLedgerClient:
     def __init__(self, servers: str | Iterable[str], group: str = "default", *,
                  deadline_s: float = 10.0, probe_timeout_s: float = 1.0,
-                 append_timeout_s: float = 5.0, call_timeout_s: float = 3.0) -> None:
+                 append_timeout_s: float = 5.0, call_timeout_s: float = 3.0,
+                 producer_id: str | None = None, coalesce: bool = True,
+                 max_inflight_appends: int = MAX_INFLIGHT_APPENDS) -> None:
         self.servers = parse_servers(servers)
         self.group = group
+        # None: a fresh random id (idempotent); "": not idempotent.
+        self.producer_id = uuid.uuid4().hex if producer_id is None else producer_id
+        self._next_sequence = 0
+        self.coalesce = coalesce
+        self.max_inflight_appends = max_inflight_appends
+        self._append_queue: deque[_QueuedAppend] = deque()
+        self._appends_in_flight = 0
+        self._append_tasks: set[asyncio.Task[None]] = set()
         self.deadline_s = deadline_s
         self.probe_timeout_s = probe_timeout_s
         # Longer than the server's max_wait_ack_s (2.5 s), so that a slow
@@ -176,6 +209,13 @@ class DLedgerClient:
         await self.close()
 
     async def close(self) -> None:
+        for task in list(self._append_tasks):
+            task.cancel()
+        await asyncio.gather(*self._append_tasks, return_exceptions=True)
+        while self._append_queue:
+            queued = self._append_queue.popleft()
+            if not queued.future.done():
+                queued.future.set_exception(DLedgerError(ResponseCode.NETWORK_ERROR, "the client was closed"))
         channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
         await asyncio.gather(*(c.close() for c in channels), return_exceptions=True)
 
@@ -185,12 +225,63 @@ class DLedgerClient:
         """Append `bodies` as consecutive entries; returns once all are committed."""
         if not bodies:
             raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "nothing to append")
-        request = pb.AppendRequest(header=self._header(), bodies=bodies)
+        if not self.coalesce:
+            return await self._append_rpc(bodies)
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        self._append_queue.append(_QueuedAppend(bodies, sum(len(b) for b in bodies), future))
+        self._send_queued_appends()
+        return await future
+
+    def _send_queued_appends(self) -> None:
+        """Start Append RPCs for the queued calls while fewer than the limit fly."""
+        while self._append_queue and self._appends_in_flight < self.max_inflight_appends:
+            batch = [self._append_queue.popleft()]
+            entries, size = len(batch[0].bodies), batch[0].size
+            while self._append_queue:
+                following = self._append_queue[0]
+                if entries + len(following.bodies) > MAX_COALESCED_ENTRIES or \
+                        size + following.size > MAX_COALESCED_BYTES:
+                    break
+                batch.append(self._append_queue.popleft())
+                entries, size = entries + len(following.bodies), size + following.size
+            self._appends_in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._send_coalesced(batch))
+            self._append_tasks.add(task)
+            task.add_done_callback(self._append_tasks.discard)
+
+    async def _send_coalesced(self, batch: list[_QueuedAppend]) -> None:
+        try:
+            bodies = [body for queued in batch for body in queued.bodies] if len(batch) > 1 else batch[0].bodies
+            try:
+                result = await self._append_rpc(bodies)
+            except DLedgerError as error:
+                for queued in batch:
+                    if not queued.future.done():
+                        queued.future.set_exception(error)
+                return
+            offset = 0
+            for queued in batch:
+                count = len(queued.bodies)
+                first = result.first_index + offset
+                if not queued.future.done():
+                    queued.future.set_result(AppendResult(first, first + count - 1,
+                                                          result.positions[offset:offset + count]))
+                offset += count
+        finally:
+            self._appends_in_flight -= 1
+            self._send_queued_appends()
+
+    async def _append_rpc(self, bodies: list[bytes]) -> AppendResult:
+        """One Append RPC (retried as one, with one sequence number)."""
+        sequence = self._next_sequence
+        self._next_sequence += 1
+        request = pb.AppendRequest(header=self._header(), bodies=bodies, producer_id=self.producer_id,
+                                   sequence=sequence if self.producer_id else -1)
 
         async def call(stub: Stub) -> pb.AppendResponse:
             return await stub.Append(request, timeout=self.append_timeout_s)
 
-        response = await self._on_leader(call, APPEND_RETRY)
+        response = await self._on_leader(call, IDEMPOTENT_APPEND_RETRY if self.producer_id else APPEND_RETRY)
         return AppendResult(response.first_index, response.last_index, list(response.positions))
 
     async def append_one(self, body: bytes) -> AppendResult:
@@ -204,12 +295,13 @@ class DLedgerClient:
 
         return (await self._on_leader(call, READ_RETRY)).entry
 
-    async def read(self, start: int = -1, end: int = -1,
-                   from_id: str | None = None) -> AsyncIterator[pb.Entry]:
+    async def read(self, start: int = -1, end: int = -1, from_id: str | None = None,
+                   include_system: bool = False) -> AsyncIterator[pb.Entry]:
         """Committed entries start..end inclusive (-1: the begin index / the
         committed index when the read starts), from the leader or, with
-        `from_id`, from that node's own log."""
-        cursor = _ReadCursor(next_index=start, end_index=end)
+        `from_id`, from that node's own log. `include_system` adds the log's
+        own entries (term NOOPs, producer marks)."""
+        cursor = _ReadCursor(next_index=start, end_index=end, include_system=include_system)
         address = await self._address_of(from_id) if from_id else None
         try:
             while True:
@@ -404,7 +496,7 @@ class DLedgerClient:
                 await self._discover_leader()
             target = address or self._leader_address or ""
             request = pb.ReadRequest(header=self._header(), start_index=cursor.next_index,
-                                     end_index=cursor.end_index)
+                                     end_index=cursor.end_index, include_system=cursor.include_system)
             cursor.call = (self._stub(target).Read(request), target)
         call, target = cursor.call
         try:

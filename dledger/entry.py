@@ -2,7 +2,7 @@
 
 Data entry layout (offsets in bytes):
 
-    0  magic      int32   1 NORMAL, 2 NOOP, -1 BLANK (segment-end padding)
+    0  magic      int32   1 NORMAL, 2 NOOP, 4 PRODUCER_MARK, -1 BLANK (segment-end padding)
     4  size       int32   whole entry, header included (48 + body)
     8  index      int64
    16  term       int64
@@ -34,8 +34,15 @@ from dledger.errors import CorruptLogError
 MAGIC_NORMAL = 1
 MAGIC_NOOP = 2
 MAGIC_CONFIG_CHANGE = 3  # reserved, as in DLedger
+# Ours: written by the leader after the entries of an idempotent append, naming
+# (producer id, sequence, count) so that every replica can recognise a retry
+# (dledger/producer_table.py). Its own magic, rather than a flag in the body,
+# lets the apply step find marks from the 32-byte index records alone.
+MAGIC_PRODUCER_MARK = 4
 MAGIC_BLANK = -1
-VALID_MAGICS = (MAGIC_NORMAL, MAGIC_NOOP, MAGIC_CONFIG_CHANGE)
+VALID_MAGICS = (MAGIC_NORMAL, MAGIC_NOOP, MAGIC_CONFIG_CHANGE, MAGIC_PRODUCER_MARK)
+# Entries that clients appended, as opposed to the log's own bookkeeping.
+USER_MAGICS = (MAGIC_NORMAL,)
 
 HEADER = struct.Struct(">iiqqqiIIi")
 HEADER_SIZE = HEADER.size  # 48

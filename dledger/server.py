@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable, Sequence
 
 from dledger.clock import Clock, MonotonicClock
 from dledger.config import DLedgerConfig
 from dledger.elector import DLedgerLeaderElector
-from dledger.entry import DLedgerEntry
+from dledger.entry import USER_MAGICS, DLedgerEntry
+from dledger.producer_table import check_producer_request
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
 from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
 from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
-from dledger.store.file_store import DLedgerFileStore
+from dledger.store.file_store import AppendHook, DLedgerFileStore
 from dledger.transport import Transport
 from rpcgen import dledger_pb2 as pb
 
@@ -45,6 +47,13 @@ class DLedgerServer:
         self.pusher: DLedgerEntryPusher | None = None
         self.elector: DLedgerLeaderElector | None = None
         self.started = False
+        self._producers_path = os.path.join(self.store.base_dir, "producers")
+        # Retention keeps the entries after the table's last snapshot: a restart
+        # replays their producer marks.
+        self._producers_snapshot_index = -1
+        # Each returns the first index its owner (a state machine built on the
+        # log, such as the message store) still needs; retention keeps it.
+        self.retention_floors: list[Callable[[], int]] = []
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -56,6 +65,8 @@ class DLedgerServer:
         self.elector = DLedgerLeaderElector(self.config, self.member_state, self.store, self.transport,
                                             self.clock, self.observer, self._peer_watermark,
                                             self.pusher.handler.advance_commit)
+        self.pusher.load_producers(self._producers_path)
+        self._producers_snapshot_index = self.pusher.producers.applied_index
         self.pusher.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self.elector.run(), name="DLedgerLeaderElector"),
@@ -80,10 +91,13 @@ class DLedgerServer:
                 waiter.set_exception(DLedgerError(ResponseCode.TERM_CHANGED, "the node is shutting down"))
         self._commit_waiters.clear()
         self.store.close()
+        self._save_producers()
         log.info("node %s stopped", self.config.self_id)
 
     # -------------------------------------------------------------- commits
     def _on_commit(self, committed: int) -> None:
+        if self.pusher is not None:
+            self.pusher.apply_committed(committed)
         if not self._commit_waiters:
             return
         keep = []
@@ -102,6 +116,14 @@ class DLedgerServer:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._commit_waiters.append((index, waiter))
         await asyncio.wait_for(waiter, timeout)
+
+    def leader_ready_from(self) -> int | None:
+        """On a leader that takes appends: the index of the entry that opened its
+        term (a state machine above must have applied up to it before it serves
+        writes from its own state); None when this node cannot take appends."""
+        if self.pusher is None or not self.member_state.is_leader or not self.pusher.is_ready():
+            return None
+        return self.pusher.term_first_index
 
     def _peer_watermark(self, peer_id: str) -> int:
         assert self.pusher is not None
@@ -166,8 +188,13 @@ class DLedgerServer:
         return pb.LeadershipTransferResponse()
 
     # --------------------------------------------------------- client RPCs
-    async def append(self, bodies: list[bytes]) -> AppendResult:
+    async def append(self, bodies: Sequence[bytes], producer_id: str = "", sequence: int = -1,
+                     prepare: AppendHook | None = None) -> AppendResult:
+        """Append through this node, which must be the leader; returns
+        (first index, last index, positions) once committed. See
+        DLedgerEntryPusher.append for `producer_id`, `sequence` and `prepare`."""
         _, pusher = self._require_started()
+        check_producer_request(producer_id, sequence)
         if not bodies:
             raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "an append needs at least one body")
         if len(bodies) > self.config.max_append_batch_entries:
@@ -181,13 +208,14 @@ class DLedgerServer:
         if not self.member_state.is_leader:
             raise self._not_leader()
         started = self.clock.now()
-        result = await pusher.append(bodies)
+        result = await pusher.append(bodies, producer_id, sequence, prepare)
         self.observer.on_append(self.clock.now() - started, len(bodies))
         return result
 
     async def handle_append(self, request: pb.AppendRequest) -> pb.AppendResponse:
         self.check_group(request.header)
-        first, last, positions = await self.append(list(request.bodies))
+        first, last, positions = await self.append(list(request.bodies), request.producer_id,
+                                                   request.sequence)
         return pb.AppendResponse(first_index=first, last_index=last, positions=positions)
 
     def handle_get(self, request: pb.GetRequest) -> pb.GetResponse:
@@ -224,17 +252,21 @@ class DLedgerServer:
             raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
                                f"end {end} is above the committed index {committed}")
         batch_bytes = request.max_batch_bytes if request.max_batch_bytes > 0 else DEFAULT_READ_BATCH_BYTES
-        return self._read_batches(start, end, batch_bytes)
+        return self._read_batches(start, end, batch_bytes, request.include_system)
 
-    async def _read_batches(self, start: int, end: int, batch_bytes: int) -> AsyncIterator[pb.ReadResponse]:
+    async def _read_batches(self, start: int, end: int, batch_bytes: int,
+                            include_system: bool) -> AsyncIterator[pb.ReadResponse]:
         index = start
         while index <= end:
             entries = self.store.read_entries(index, end, batch_bytes)
             if not entries:
                 break
             index = entries[-1].index + 1
-            yield pb.ReadResponse(entries=[entry_to_pb(e) for e in entries],
-                                  committed_index=self.member_state.committed_index)
+            if not include_system:
+                entries = [e for e in entries if e.magic in USER_MAGICS]
+            if entries:
+                yield pb.ReadResponse(entries=[entry_to_pb(e) for e in entries],
+                                      committed_index=self.member_state.committed_index)
 
     def handle_metadata(self, request: pb.MetadataRequest, pid: int, metrics_address: str) -> pb.MetadataResponse:
         self.check_group(request.header)
@@ -272,6 +304,13 @@ class DLedgerServer:
         while True:
             await asyncio.sleep(self.config.checkpoint_interval_s)
             self.store.write_checkpoint()
+            self._save_producers()
+
+    def _save_producers(self) -> None:
+        assert self.pusher is not None
+        saved = self.pusher.save_producers(self._producers_path)
+        if saved is not None:
+            self._producers_snapshot_index = saved
 
     async def _retention(self) -> None:
         while True:
@@ -285,7 +324,9 @@ class DLedgerServer:
 
     def _retention_floor(self) -> int:
         """Never delete what is uncommitted, or what a follower we still hear from lacks."""
-        floor = self.member_state.committed_index + 1
+        floor = min(self.member_state.committed_index, self._producers_snapshot_index) + 1
+        for needed_from in self.retention_floors:
+            floor = min(floor, needed_from())
         if self.member_state.role is Role.LEADER and self.elector is not None and self.pusher is not None:
             now = self.clock.now()
             for peer in self.elector.peers:

@@ -172,12 +172,16 @@ class LeadershipTransferResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
-    __slots__ = ("header", "bodies")
+    __slots__ = ("header", "bodies", "producer_id", "sequence")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     BODIES_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     header: Header
     bodies: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., bodies: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    producer_id: str
+    sequence: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., bodies: _Optional[_Iterable[bytes]] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("header", "first_index", "last_index", "positions")
@@ -226,16 +230,18 @@ class GetResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., entry: _Optional[_Union[Entry, _Mapping]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("header", "start_index", "end_index", "max_batch_bytes")
+    __slots__ = ("header", "start_index", "end_index", "max_batch_bytes", "include_system")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     START_INDEX_FIELD_NUMBER: _ClassVar[int]
     END_INDEX_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
     header: Header
     start_index: int
     end_index: int
     max_batch_bytes: int
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., start_index: _Optional[int] = ..., end_index: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ...) -> None: ...
+    include_system: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., start_index: _Optional[int] = ..., end_index: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., include_system: _Optional[bool] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
     __slots__ = ("header", "entries", "committed_index")

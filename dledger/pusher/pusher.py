@@ -12,20 +12,24 @@ from typing import TYPE_CHECKING
 
 import asyncio
 import logging
+import os
+from collections import OrderedDict
 from typing import Callable, Sequence
 
 from dledger.clock import Clock
 from dledger.config import DLedgerConfig, FlushMode
-from dledger.entry import MAGIC_NOOP
+from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL, MAGIC_PRODUCER_MARK
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
 from dledger.pusher.dispatcher import EntryDispatcher
 from dledger.pusher.handler import EntryHandler
+from dledger.producer_table import AppendedRange, ProducerTable, decode_mark, encode_mark
 from dledger.pusher.quorum import PendingAppend, QuorumAckChecker
+from dledger.store.properties import write_atomic
 from dledger.transport import Transport
 
 if TYPE_CHECKING:
-    from dledger.store.file_store import DLedgerFileStore
+    from dledger.store.file_store import AppendHook, DLedgerFileStore
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +53,11 @@ class DLedgerEntryPusher:
         self._flush_wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._leader_term = -1
+        self._term_first_index = 0
+        # Idempotent appends: the producer table holds what is committed; this
+        # term's own appends (in mark order) answer retries until committed.
+        self.producers = ProducerTable()
+        self._term_appends: OrderedDict[tuple[str, int], AppendedRange] = OrderedDict()
         member_state.add_listener(self._on_role_change)
 
     # ------------------------------------------------------------ lifecycle
@@ -72,6 +81,9 @@ class DLedgerEntryPusher:
             self._become_leader(term)
         elif role is not Role.LEADER and self._leader_term != -1:
             self._leader_term = -1
+            # This term's uncommitted appends may be cut by the next leader;
+            # only the table, fed from committed entries, speaks for them now.
+            self._term_appends.clear()
             self.quorum.fail_all(ResponseCode.TERM_CHANGED,
                                  f"leadership lost in term {term}; the outcome of the append is unknown")
         for dispatcher in self.dispatchers.values():
@@ -79,31 +91,170 @@ class DLedgerEntryPusher:
 
     def _become_leader(self, term: int) -> None:
         self._leader_term = term
+        self._term_appends.clear()
         self.quorum.start_term(term)
+        self._drop_torn_batch()
         # Raft: entries of older terms commit only together with one of ours,
         # so start the term with an empty entry rather than wait for a client.
-        self.store.append_as_leader([b""], term, magic=MAGIC_NOOP)
+        placed = self.store.append_as_leader([b""], term, magic=MAGIC_NOOP)
+        self._term_first_index = placed[0][0]
         self._entries_appended()
 
     # ------------------------------------------------------------ appending
-    async def append(self, bodies: Sequence[bytes]) -> AppendResult:
+    async def append(self, bodies: Sequence[bytes], producer_id: str = "", sequence: int = -1,
+                     prepare: AppendHook | None = None) -> AppendResult:
+        """Append `bodies` and wait for their commit. With a producer id, a
+        (producer_id, sequence) the log already holds is answered with its
+        original indexes instead of being appended again (and `prepare`, the
+        store's append hook, is not called). `prepare` gets the bodies'
+        positions before they are written."""
+        self._check_can_append(len(bodies))
+        if producer_id:
+            appended = self._appended_before(producer_id, sequence)
+            if appended is not None:
+                return await self._wait_for(appended)
+        ms = self.member_state
+        if not producer_id:
+            return await self._wait_for_new(self.store.append_as_leader(bodies, ms.term, prepare=prepare))
+        mark = encode_mark(producer_id, sequence, len(bodies))
+        placed = self.store.append_as_leader(
+            [mark, *bodies], ms.term, magics=[MAGIC_PRODUCER_MARK] + [MAGIC_NORMAL] * len(bodies),
+            prepare=None if prepare is None else lambda positions: prepare(positions[1:]))
+        self._term_appends[(producer_id, sequence)] = AppendedRange(placed[1][0], placed[-1][0])
+        return await self._wait_for_new(placed[1:])
+
+    def _check_can_append(self, count: int) -> None:
         ms = self.member_state
         if not ms.is_leader:
             raise DLedgerError(ResponseCode.NOT_LEADER, "this node is not the leader",
                                leader_id=ms.leader_id, leader_address=ms.leader_address)
+        if not self.is_ready():
+            raise DLedgerError(ResponseCode.LEADER_NOT_READY,
+                               f"the leader of term {ms.term} is still committing its first entry")
         if ms.transferee:
             raise DLedgerError(ResponseCode.LEADER_TRANSFERRING,
                                f"leadership is being transferred to {ms.transferee}")
-        if self.quorum.pending_entries() + len(bodies) > self.config.max_pending_requests:
+        if self.quorum.pending_entries() + count > self.config.max_pending_requests:
             raise DLedgerError(ResponseCode.LEADER_PENDING_FULL,
                                f"{self.quorum.pending_entries()} entries already wait for a quorum")
-        placed = self.store.append_as_leader(bodies, ms.term)
+
+    @property
+    def term_first_index(self) -> int:
+        """The index of the NOOP that opened this leader's term."""
+        return self._term_first_index
+
+    def is_ready(self) -> bool:
+        """A new leader takes appends only once the entry that opened its term
+        is committed and applied: then everything before it is committed too,
+        and the producer table (and any user state machine) knows the whole log.
+        RocketMQ's DLedger broker waits the same way before acting as master."""
+        return (self._leader_term == self.member_state.term
+                and self.producers.applied_index >= self._term_first_index)
+
+    def _appended_before(self, producer_id: str, sequence: int) -> AppendedRange | None:
+        appended = self._term_appends.get((producer_id, sequence))
+        if appended is not None:
+            return appended
+        return self.producers.lookup(producer_id, sequence)
+
+    async def _wait_for(self, appended: AppendedRange) -> AppendResult:
+        """Answer a retried append with its original range, once committed."""
+        store = self.store
+        positions = [store.position_of(i) for i in range(max(appended.first_index, store.ledger_begin_index),
+                                                             appended.last_index + 1)]
+        if self.member_state.committed_index >= appended.last_index:
+            return appended.first_index, appended.last_index, positions
+        return await self._wait(appended.first_index, appended.last_index, positions)
+
+    async def _wait_for_new(self, placed: list[tuple[int, int]]) -> AppendResult:
+        self._entries_appended()
+        return await self._wait(placed[0][0], placed[-1][0], [pos for _, pos in placed])
+
+    async def _wait(self, first: int, last: int, positions: list[int]) -> AppendResult:
         now = self.clock.now()
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self.quorum.add_pending(PendingAppend(placed[0][0], placed[-1][0], [pos for _, pos in placed],
-                                              now, now + self.config.max_wait_ack_s, future))
-        self._entries_appended()
+        self.quorum.add_pending(PendingAppend(first, last, positions, now, now + self.config.max_wait_ack_s, future))
+        self._checker_wakeup.set()
         return await future
+
+    def _whole_batches_only(self, committed: int) -> int:
+        """Round a commit index down so it never stops inside an idempotent
+        batch of this term: such a batch commits whole or not at all, which is
+        what lets its mark speak for all of its entries (and what makes a new
+        leader free to drop a torn batch at the end of its log)."""
+        for appended in self._term_appends.values():  # in index order
+            if appended.mark_index > committed:
+                break
+            if appended.last_index > committed:
+                return appended.mark_index - 1
+        return committed
+
+    def _drop_torn_batch(self) -> None:
+        """At the start of a term: an idempotent batch that the end of our log
+        cuts short was never committed anywhere (commits stop only between
+        batches, and a node missing a committed entry cannot win a vote), so it
+        goes rather than be committed without all of its entries."""
+        store = self.store
+        marks = store.indexes_with_magic(self.member_state.committed_index + 1, store.ledger_end_index,
+                                         MAGIC_PRODUCER_MARK)
+        if not marks:
+            return
+        _, _, count = decode_mark(store.get(marks[-1]).body)
+        if marks[-1] + count > store.ledger_end_index:
+            log.warning("dropping the torn idempotent batch at %d..%d (log ends at %d) before leading",
+                        marks[-1], marks[-1] + count, store.ledger_end_index)
+            store.truncate(marks[-1] - 1)
+
+    # -------------------------------------------------------- producer table file
+    def load_producers(self, path: str) -> None:
+        """Start from the table's snapshot and replay the committed marks after it.
+        A snapshot the log cannot continue (entries after it were deleted, or
+        it is ahead of the log) is dropped and the table rebuilt from the log."""
+        store = self.store
+        table = ProducerTable()
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as file:
+                snapshot = ProducerTable.from_json(file.read())
+            if store.ledger_begin_index - 1 <= snapshot.applied_index <= store.ledger_end_index:
+                table = snapshot
+            else:
+                log.warning("producer table snapshot at %d does not fit the log [%d, %d]; rebuilding it",
+                            snapshot.applied_index, store.ledger_begin_index, store.ledger_end_index)
+        if table.applied_index < store.ledger_begin_index - 1:
+            table.advance(store.ledger_begin_index - 1)
+        self.producers = table
+        self.apply_committed(self.member_state.committed_index)
+        log.info("producer table: %d producers, applied to %d", len(table), table.applied_index)
+
+    def save_producers(self, path: str) -> int | None:
+        """Snapshot the table if everything it covers is on disk; returns the
+        index it covers (None when skipped this time)."""
+        table = self.producers
+        if table.applied_index > self.store.flushed_index:
+            return None
+        applied = table.applied_index
+        write_atomic(path, table.to_json().encode("utf-8"))
+        return applied
+
+    # -------------------------------------------------------- applying commits
+    def apply_committed(self, committed: int) -> None:
+        """Feed the producer marks of newly committed entries to the table, in
+        index order. Called on every node whenever its commit index moves."""
+        table, store = self.producers, self.store
+        start = table.applied_index + 1
+        if committed < start:
+            return
+        for index in store.indexes_with_magic(start, committed, MAGIC_PRODUCER_MARK):
+            producer_id, sequence, count = decode_mark(store.get(index).body)
+            table.apply_mark(index, producer_id, sequence, count)
+        table.advance(committed)
+        while self._term_appends:
+            key, appended = next(iter(self._term_appends.items()))
+            if appended.last_index > committed:
+                break
+            del self._term_appends[key]  # the table answers for it from now on
+        if self._leader_term == self.member_state.term and committed >= self._term_first_index:
+            self._checker_wakeup.set()
 
     def _entries_appended(self) -> None:
         if self.config.flush_mode is FlushMode.ASYNC:
@@ -150,14 +301,16 @@ class DLedgerEntryPusher:
         ms = self.member_state
         if not ms.is_leader or self._leader_term != ms.term:
             return
-        committed = self.quorum.compute_committed(ms.term, ms.committed_index, self.store.term_at)
+        committed = self._whole_batches_only(
+            self.quorum.compute_committed(ms.term, ms.committed_index, self.store.term_at))
         if committed > ms.committed_index:
             ms.committed_index = committed
             self.store.set_committed_index(committed)
-            self.quorum.complete_up_to(committed)
             self.on_commit(committed)
             for dispatcher in self.dispatchers.values():
                 dispatcher.wakeup.set()
+        # Also completes a retried append that joined after its range committed.
+        self.quorum.complete_up_to(ms.committed_index)
 
     def _committed(self, index: int) -> None:
         self.on_commit(index)

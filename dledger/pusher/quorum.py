@@ -10,8 +10,10 @@ commit index moves without waiting for a client write.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
-from collections import OrderedDict
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -41,12 +43,16 @@ def next_committed_index(committed: int, watermarks: list[int], quorum: int, ter
 
 @dataclass
 class PendingAppend:
+    """A client append waiting for entries first_index..last_index to commit."""
     first_index: int
     last_index: int
     positions: list[int]
     started: float
     deadline: float
     future: asyncio.Future[tuple[int, int, list[int]]] = field(repr=False)
+    # Set once it left the pending count: completed, expired or failed. Not
+    # future.done(), which a caller that went away (cancelled) also makes true.
+    settled: bool = False
 
 
 class QuorumAckChecker:
@@ -55,7 +61,12 @@ class QuorumAckChecker:
         self.peer_ids = peer_ids
         self.quorum = quorum
         self.watermarks_by_term: dict[int, dict[str, int]] = {}
-        self.pending: OrderedDict[int, PendingAppend] = OrderedDict()  # by last index
+        # Waiting appends, by last index (completion order) and by arrival
+        # (deadline order: every deadline is arrival + the same wait). Several
+        # may wait for one range: a retried idempotent append joins the first.
+        self._by_index: list[tuple[int, int, PendingAppend]] = []
+        self._by_deadline: deque[PendingAppend] = deque()
+        self._counter = itertools.count()
         self._pending_entries = 0
 
     # ------------------------------------------------------------ watermarks
@@ -80,40 +91,54 @@ class QuorumAckChecker:
 
     # --------------------------------------------------------------- pending
     def add_pending(self, pending: PendingAppend) -> None:
-        self.pending[pending.last_index] = pending
+        heapq.heappush(self._by_index, (pending.last_index, next(self._counter), pending))
+        self._by_deadline.append(pending)
         self._pending_entries += pending.last_index - pending.first_index + 1
+
+    def _settle(self, pending: PendingAppend) -> bool:
+        """Count `pending` as finished; True when its caller still waits for an answer."""
+        if pending.settled:
+            return False
+        pending.settled = True
+        self._pending_entries -= pending.last_index - pending.first_index + 1
+        return not pending.future.done()
 
     def complete_up_to(self, committed: int) -> int:
         """Complete, in index order, every pending append that is now committed."""
         done = 0
-        while self.pending:
-            last, pending = next(iter(self.pending.items()))
-            if last > committed:
-                break
-            self.pending.popitem(last=False)
-            self._pending_entries -= last - pending.first_index + 1
-            if not pending.future.done():
+        while self._by_index and self._by_index[0][0] <= committed:
+            _, _, pending = heapq.heappop(self._by_index)
+            if self._settle(pending):
                 pending.future.set_result((pending.first_index, pending.last_index, pending.positions))
-            done += 1
+                done += 1
+        self._drop_settled_deadlines()
         return done
 
     def expire(self, now: float) -> int:
         """Fail appends whose deadline passed (they may still commit later: the
         client sees an unknown outcome, as with any Raft log)."""
-        expired = [last for last, p in self.pending.items() if p.deadline <= now]
-        for last in expired:
-            pending = self.pending.pop(last)
-            self._pending_entries -= last - pending.first_index + 1
-            if not pending.future.done():
+        expired = 0
+        while self._by_deadline and self._by_deadline[0].deadline <= now:
+            pending = self._by_deadline.popleft()
+            if self._settle(pending):
                 pending.future.set_exception(DLedgerError(
                     ResponseCode.WAIT_QUORUM_ACK_TIMEOUT,
                     f"entries {pending.first_index}..{pending.last_index} not acknowledged by a quorum in time"))
-        return len(expired)
+                expired += 1
+        if expired:
+            self._by_index = [item for item in self._by_index if not item[2].settled]
+            heapq.heapify(self._by_index)
+        return expired
+
+    def _drop_settled_deadlines(self) -> None:
+        while self._by_deadline and self._by_deadline[0].settled:
+            self._by_deadline.popleft()
 
     def fail_all(self, code: ResponseCode, message: str) -> None:
-        pending, self.pending = self.pending, OrderedDict()
+        pending = [item[2] for item in self._by_index]
+        self._by_index, self._by_deadline = [], deque()
         self._pending_entries = 0
-        for p in pending.values():
+        for p in pending:
             if not p.future.done():
                 p.future.set_exception(DLedgerError(code, message))
 
@@ -121,4 +146,5 @@ class QuorumAckChecker:
         return self._pending_entries
 
     def next_deadline(self) -> float | None:
-        return min((p.deadline for p in self.pending.values()), default=None)
+        self._drop_settled_deadlines()
+        return self._by_deadline[0].deadline if self._by_deadline else None

@@ -26,7 +26,7 @@ import struct
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from dledger.config import DLedgerConfig
 from dledger.entry import (
@@ -50,7 +50,11 @@ from dledger.store.segment_list import ZERO_FILL_BYTES, DirtyState, SegmentList,
 
 log = logging.getLogger(__name__)
 
+# Called with the positions of the entries about to be written (see append_as_leader).
+AppendHook = Callable[[list[int]], None]
+
 _CRC = struct.Struct(">I")
+_MAGIC = struct.Struct(">i")
 _HEADER_CRC_FIELD = 36   # chain_crc lives at [36, 40), body_crc at [40, 44)
 # Recovery reads data in chunks of this size (or one whole entry when larger).
 SCAN_CHUNK_BYTES = 4 << 20
@@ -170,10 +174,16 @@ class DLedgerFileStore:
 
     # ================================================================= leader
 
-    def append_as_leader(self, bodies: Sequence[bytes], term: int,
-                         magic: int = MAGIC_NORMAL) -> list[tuple[int, int]]:
+    def append_as_leader(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL,
+                         magics: Sequence[int] | None = None,
+                         prepare: AppendHook | None = None) -> list[tuple[int, int]]:
         """Write `bodies` as entries ledger_end_index+1.. of `term`; returns [(index, pos)].
-        One buffer, one pwrite per segment touched, one for the index records; no fsync."""
+        Every entry gets `magic`, or its own from `magics` when given. `prepare`
+        is called with every entry's position once they are known and before
+        anything is encoded, so it may fill position-derived fields into the
+        bodies in place (DLedger's AppendHook: RocketMQ's physical offset); it
+        must not change their sizes. One buffer, one pwrite per segment
+        touched, one for the index records; no fsync."""
         self._check_writable()
         if term < self.ledger_end_term:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
@@ -182,12 +192,18 @@ class DLedgerFileStore:
             return []
         start = self._data.write_position
         positions, blanks, end = self._plan_positions(start, bodies)
+        if prepare is not None:
+            sizes = [len(body) for body in bodies]
+            prepare(positions)
+            if [len(body) for body in bodies] != sizes:
+                raise DLedgerError(ResponseCode.INTERNAL_ERROR, "an append hook changed the size of a body")
         buffer = bytearray(end - start)  # zeros: BLANK padding needs only its 8-byte header
         for blank_at in blanks:
             BLANK.pack_into(buffer, blank_at - start, MAGIC_BLANK, self._segment_end(blank_at) - blank_at)
         records = bytearray(INDEX_RECORD_SIZE * len(bodies))
         first_index = self.ledger_end_index + 1
-        chain = self._encode_into(buffer, records, start, positions, bodies, first_index, term, magic,
+        chain = self._encode_into(buffer, records, start, positions, bodies, first_index, term,
+                                  magics if magics is not None else [magic] * len(bodies),
                                   self.ledger_end_chain_crc)
         self._write(start, buffer, records)
         self._advance(first_index + len(bodies) - 1, term, chain)
@@ -216,7 +232,7 @@ class DLedgerFileStore:
 
     @staticmethod
     def _encode_into(buffer: bytearray, records: bytearray, start: int, positions: list[int],
-                     bodies: Sequence[bytes], first_index: int, term: int, magic: int,
+                     bodies: Sequence[bytes], first_index: int, term: int, magics: Sequence[int],
                      previous_chain_crc: int) -> int:
         """Fill headers, bodies and index records; returns the last chain CRC.
         This is the leader's per-entry hot loop, so it avoids all allocation
@@ -229,7 +245,7 @@ class DLedgerFileStore:
         chain = previous_chain_crc
         index = first_index
         record_at = 0
-        for pos, body in zip(positions, bodies):
+        for pos, body, magic in zip(positions, bodies, magics):
             at = pos - start
             body_size = len(body)
             size = HEADER_SIZE + body_size
@@ -443,6 +459,22 @@ class DLedgerFileStore:
         self._check_range(index)
         return self._read_verified(index)
 
+    def get_at_position(self, pos: int) -> DLedgerEntry:
+        """The entry whose header starts at data position `pos` (RocketMQ reads
+        a message by its physical offset, pos + 48). CRC-checked; the caller
+        decides whether the entry is committed."""
+        segment = self._data.find(pos)
+        if pos < 0 or pos >= self._data.write_position or segment is None or \
+                pos + HEADER_SIZE > segment.end:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"no entry at position {pos}")
+        magic, size = BLANK.unpack_from(segment.read(pos - segment.start, MIN_BLANK_LEN))
+        if magic not in VALID_MAGICS or size < HEADER_SIZE or pos + size > segment.end:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"position {pos} is not the start of an entry")
+        entry = entry_from_bytes(segment.read(pos - segment.start, size))
+        if entry.pos != pos or not self.ledger_begin_index <= entry.index <= self.ledger_end_index:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"position {pos} is not the start of a live entry")
+        return entry
+
     def term_at(self, index: int) -> int:
         if index == self.ledger_end_index:
             return self.ledger_end_term
@@ -456,6 +488,15 @@ class DLedgerFileStore:
     def position_of(self, index: int) -> int:
         self._check_range(index)
         return self._record(index)[1]
+
+    def end_position_of(self, index: int) -> int:
+        """Where the data of entry `index` ends (its pos + size); for the entry
+        before the begin index, where the first retained entry starts."""
+        if index == self.ledger_begin_index - 1:
+            return self.position_of(index + 1) if self.ledger_end_index >= index + 1 else self.flushed_position
+        self._check_range(index)
+        _, pos, size, _, _ = self._record(index)
+        return pos + size
 
     def chain_crc_at(self, index: int) -> int:
         if index == self.ledger_end_index:
@@ -534,6 +575,25 @@ class DLedgerFileStore:
                 used += entry.size
             index += count
         return entries
+
+    def indexes_with_magic(self, start_index: int, end_index: int, magic: int) -> list[int]:
+        """Indexes in [start_index, end_index] whose entry has `magic`, from the
+        32-byte index records alone (no entry data is read)."""
+        start = max(start_index, self.ledger_begin_index)
+        end = min(end_index, self.ledger_end_index)
+        wanted = _MAGIC.pack(magic)
+        found: list[int] = []
+        chunk = SCAN_CHUNK_BYTES // INDEX_RECORD_SIZE
+        while start <= end:
+            count = min(chunk, end - start + 1)
+            records = self._index.read_across(start * INDEX_RECORD_SIZE, count * INDEX_RECORD_SIZE)
+            for offset in range(0, len(records), INDEX_RECORD_SIZE):
+                if records[offset:offset + 4] == wanted:  # compare bytes; unpack only the hits
+                    record = INDEX_RECORD.unpack_from(records, offset)
+                    self._check_record(start + offset // INDEX_RECORD_SIZE, record)
+                    found.append(record[3])
+            start += count
+        return found
 
     def first_index_of_term(self, term: int, upto_index: int) -> int:
         """Smallest stored index <= upto_index with this term, or -1 when none."""

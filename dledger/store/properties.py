@@ -10,11 +10,17 @@ import os
 
 
 def write_properties(path: str, values: dict[str, str]) -> None:
-    text = "".join(f"{key}={value}\n" for key, value in values.items())
+    write_atomic(path, "".join(f"{key}={value}\n" for key, value in values.items()).encode("utf-8"))
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Replace `path` with `data`: temp file, fsync, rename, fsync the directory."""
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, text.encode("utf-8"))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,11 @@ async def test_leader_sigkill_loses_no_acknowledged_entry(tmp_path: Path):
         by_index = {index: body for index, _, body, _ in logs[new_leader]}
         missing = [i for i, body in acked.items() if by_index.get(i) != body]
         assert not missing, f"{len(missing)} acknowledged entries missing, e.g. {missing[:5]}"
+        # The client retried appends whose answer the kill swallowed; being
+        # idempotent, none of them may be in the log twice.
+        counts = Counter(body for _, _, body, _ in logs[new_leader])
+        duplicated = [body for body, count in counts.items() if count > 1]
+        assert not duplicated, f"{len(duplicated)} entries appended twice, e.g. {duplicated[:3]}"
         print(f"failover: first append acknowledged {failover_s * 1000:.0f} ms after SIGKILL")
     finally:
         await client.close()

@@ -348,6 +348,8 @@ class FakeCluster:
     # Codes the leader answers to the next appends, in order.
     append_failures: list[int] = field(default_factory=list)
     append_calls: int = 0
+    # (producer id, sequence, body count) of every Append call the leader answered.
+    append_requests: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 class FakeNode(dledger_pb2_grpc.DLedgerServiceServicer):
@@ -376,6 +378,7 @@ class FakeNode(dledger_pb2_grpc.DLedgerServiceServicer):
         header = self._not_leader()
         if header is not None:
             return pb.AppendResponse(header=header)
+        self.cluster.append_requests.append((request.producer_id, request.sequence, len(request.bodies)))
         if self.cluster.append_failures:
             return pb.AppendResponse(header=pb.Header(code=self.cluster.append_failures.pop(0)))
         first = len(self.cluster.log)
@@ -449,15 +452,43 @@ async def test_append_retries_while_the_leader_is_transferring(fake_cluster):
 
 
 @pytest.mark.parametrize("code", [ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.TERM_CHANGED])
-async def test_append_is_not_retried_when_it_may_have_been_committed(fake_cluster, code):
+async def test_append_without_producer_id_is_not_retried_when_it_may_have_been_committed(fake_cluster, code):
     fake_cluster.append_failures = [code]
-    async with DLedgerClient([fake_cluster.addresses["n1"]]) as client:
+    async with DLedgerClient([fake_cluster.addresses["n1"]], producer_id="") as client:
         await client.leader()
         calls = fake_cluster.append_calls
         with pytest.raises(DLedgerError) as raised:
             await client.append_one(b"x")
     assert raised.value.code == code
     assert fake_cluster.append_calls == calls + 1
+
+
+@pytest.mark.parametrize("code", [ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.TERM_CHANGED])
+async def test_idempotent_append_is_retried_with_the_same_sequence(fake_cluster, code):
+    fake_cluster.append_failures = [code]
+    async with DLedgerClient([fake_cluster.addresses["n1"]], producer_id="p1") as client:
+        await client.append_one(b"x")
+        await client.append_one(b"y")
+    assert fake_cluster.append_requests == [("p1", 0, 1), ("p1", 0, 1), ("p1", 1, 1)]
+
+
+async def test_concurrent_appends_share_rpcs_and_each_gets_its_own_indexes(fake_cluster):
+    async with DLedgerClient([fake_cluster.addresses["n1"]], producer_id="p1", max_inflight_appends=2) as client:
+        await client.leader()
+        results = await asyncio.gather(*(client.append([f"{i}a".encode(), f"{i}b".encode()]) for i in range(50)))
+    for i, result in enumerate(results):
+        bodies = fake_cluster.log[result.first_index:result.last_index + 1]
+        assert bodies == [f"{i}a".encode(), f"{i}b".encode()]
+    calls = fake_cluster.append_requests
+    assert len(calls) < 50 and sum(count for _, _, count in calls) == 100
+    assert [sequence for _, sequence, _ in calls] == list(range(len(calls)))
+
+
+async def test_without_coalescing_every_append_is_its_own_rpc(fake_cluster):
+    async with DLedgerClient([fake_cluster.addresses["n1"]], coalesce=False) as client:
+        await client.leader()
+        await asyncio.gather(*(client.append_one(b"x") for _ in range(10)))
+    assert len(fake_cluster.append_requests) == 10
 
 
 async def test_errors_carry_the_server_code_and_message(fake_cluster):

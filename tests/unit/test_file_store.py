@@ -657,3 +657,38 @@ def test_enospc_mid_append_leaves_no_trace(tmp_path: Path, monkeypatch: pytest.M
     assert [e.body for e in reopened.read_entries(0, 29, 1 << 20)] == bodies
     reopened.close()
 
+
+
+def test_append_hook_sees_final_positions_and_may_patch_bodies_in_place(tmp_path):
+    store = open_store(tmp_path)
+    bodies = [bytearray(b"pos=?" + bytes(8)) for _ in range(12)] + [bytearray(1200)]
+    seen: list[int] = []
+
+    def stamp(positions: list[int]) -> None:
+        seen.extend(positions)
+        for body, pos in zip(bodies, positions):
+            body[5:13] = (pos + HEADER_SIZE).to_bytes(8, "big")
+
+    placed = store.append_as_leader(bodies, term=1, prepare=stamp)
+    assert seen == [pos for _, pos in placed]
+    for index, pos in placed:
+        entry = store.get(index)                       # CRCs cover the patched bytes
+        assert int.from_bytes(entry.body[5:13], "big") == pos + HEADER_SIZE
+        assert store.get_at_position(pos) == entry
+
+
+def test_an_append_hook_that_resizes_a_body_writes_nothing(tmp_path):
+    store = open_store(tmp_path)
+    body = bytearray(b"abc")
+    with pytest.raises(DLedgerError):
+        store.append_as_leader([body], term=1, prepare=lambda positions: body.extend(b"!"))
+    assert store.ledger_end_index == -1 and store.write_position == 0
+
+
+def test_get_at_position_refuses_positions_that_are_not_entries(tmp_path):
+    store = open_store(tmp_path)
+    placed = store.append_as_leader(make_bodies(3), term=1)
+    for bad in (placed[0][1] + 1, store.write_position, -48, 10 * DATA_FILE_SIZE):
+        with pytest.raises(DLedgerError) as e:
+            store.get_at_position(bad)
+        assert e.value.code is ResponseCode.INDEX_OUT_OF_RANGE

@@ -225,3 +225,19 @@ async def test_bad_inputs_are_refused_without_touching_the_log(cluster: Cluster)
         server.get_committed(end + 5)
     assert e.value.code is ResponseCode.INDEX_OUT_OF_RANGE
     assert server.store.ledger_end_index == end
+
+
+async def test_an_append_hook_patch_is_what_every_replica_stores(cluster: Cluster):
+    leader = cluster.servers[await cluster.wait_leader()]
+    bodies = [bytearray(16) for _ in range(5)]
+
+    def stamp(positions: list[int]) -> None:
+        for body, pos in zip(bodies, positions):
+            body[:8] = pos.to_bytes(8, "big")
+
+    first, _, positions = await leader.append(bodies, producer_id="p", sequence=0, prepare=stamp)
+    await cluster.wait_converged()
+    for server in cluster.servers.values():
+        for offset, pos in enumerate(positions):
+            assert server.store.get(first + offset).body[:8] == pos.to_bytes(8, "big")
+            assert server.store.get_at_position(pos).index == first + offset

@@ -1,0 +1,1 @@
+"""The RocketMQ 5 messaging API (apache.rocketmq.v2) over the message store."""

@@ -1,0 +1,168 @@
+"""DLedgerCommitLog: RocketMQ's CommitLog kept as DLedger entries.
+
+One message is one entry; its body is the message in RocketMQ's stored layout
+(store/codec.py). The physical offset of a message is its entry's position +
+48 (the header), so it is the same on every replica; it is written into the
+message by DLedger's append hook once the leader has placed the entry.
+
+Queue offsets are assigned here, on the leader, as each message is written:
+dense per queue, in log order. A leader assigns only after its apply loop
+has applied everything up to the entry that opened its term (then the
+ConsumeQueues hold every committed message, and every entry after that point
+in its log is its own), so what it assigns is what every replica's apply loop
+derives from the committed log. The apply loop checks that, message by
+message. Offsets of entries that a later leader cuts are given out again by
+that leader, as in RocketMQ, because they were never committed.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from dledger.errors import DLedgerError, ResponseCode
+from dledger.server import DLedgerServer
+from store import codec
+from store import message_const as mc
+from store.codec import MessageExt
+from store.errors import (PutOutcomeUnknownError, StoreError, StoreFullError,
+                          StoreUnavailableError)
+from store.message_id import create_offset_message_id
+from store.socket_address import SocketAddress
+
+log = logging.getLogger(__name__)
+
+DLEDGER_HEADER_SIZE = 48  # a message's physical offset is its entry's position + this
+
+QueueKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """Where a message went (RocketMQ's AppendMessageResult)."""
+    message_id: str          # the offset message id: store host + physical offset
+    physical_offset: int
+    queue_id: int
+    queue_offset: int        # -1 for messages no ConsumeQueue lists (half, rollback)
+    size: int
+    store_timestamp: int
+    index: int               # the DLedger entry index
+
+
+def gets_queue_offset(sys_flag: int) -> bool:
+    """RocketMQ lists plain and committed-transaction messages in ConsumeQueues;
+    prepared (half) and rolled-back ones only live in the commit log."""
+    return mc.transaction_type(sys_flag) in (mc.TRANSACTION_NOT_TYPE, mc.TRANSACTION_COMMIT_TYPE)
+
+
+class DLedgerCommitLog:
+    def __init__(self, server: DLedgerServer, store_host: SocketAddress,
+                 queue_end: Callable[[str, int], int]) -> None:
+        """`queue_end(topic, queue_id)`: the ConsumeQueue's max offset, which is
+        where a leader starts assigning for a queue it has not written yet."""
+        self.server = server
+        self.store_host = store_host
+        self._queue_end = queue_end
+        # The leader's next offset per queue, valid for `_offsets_term` only.
+        self._next_offsets: dict[QueueKey, int] = {}
+        self._offsets_term = -1
+
+    @property
+    def log(self):  # noqa: ANN201 - the DLedgerFileStore
+        return self.server.store
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def committed_index(self) -> int:
+        return self.server.member_state.committed_index
+
+    def committed_end(self) -> int:
+        """Data position just after the last committed entry (RocketMQ's
+        confirm offset, minus the header): nothing at or past it is visible."""
+        log_store = self.log
+        committed = min(self.committed_index, log_store.ledger_end_index)
+        if committed < log_store.ledger_begin_index:
+            return self.min_position()
+        return log_store.end_position_of(committed)
+
+    def min_position(self) -> int:
+        """Position of the first retained entry (the log's begin)."""
+        log_store = self.log
+        if log_store.ledger_end_index >= log_store.ledger_begin_index:
+            return log_store.position_of(log_store.ledger_begin_index)
+        return log_store.write_position
+
+    def min_physical_offset(self) -> int:
+        return self.min_position() + DLEDGER_HEADER_SIZE
+
+    def read(self, physical_offset: int) -> bytes | None:
+        """The stored message at `physical_offset`, if committed and retained."""
+        try:
+            entry = self.log.get_at_position(physical_offset - DLEDGER_HEADER_SIZE)
+        except DLedgerError:
+            return None
+        if entry.index > self.committed_index:
+            return None
+        return entry.body
+
+    # ------------------------------------------------------------------ writes
+    async def put(self, messages: Sequence[MessageExt], ready_from: int, applied_index: int) -> list[PutResult]:
+        """Write `messages` (stamped here with store time, store host and
+        offsets) as consecutive entries and wait for their commit."""
+        term = self.server.member_state.term
+        if term != self._offsets_term:
+            self._next_offsets.clear()
+            self._offsets_term = term
+        if applied_index < ready_from:
+            raise StoreUnavailableError(f"this new leader has applied the log to {applied_index}, "
+                                        f"not yet to {ready_from} where its term starts")
+        now = int(time.time() * 1000)
+        bodies: list[bytearray] = []
+        for message in messages:
+            message.store_timestamp = now
+            message.store_host = self.store_host
+            bodies.append(bytearray(codec.encode(message)))
+        assigned: list[int] = []
+        before = dict(self._next_offsets)
+        written_from = self.log.write_position
+
+        def place(positions: list[int]) -> None:
+            # Runs once the leader knows where the entries go, before any byte
+            # is written: offsets are handed out in exactly the log's order.
+            for message, body, position in zip(messages, bodies, positions):
+                queue_offset = self._assign(message) if gets_queue_offset(message.sys_flag) else -1
+                assigned.append(queue_offset)
+                codec.patch_offsets(body, max(queue_offset, 0), position + DLEDGER_HEADER_SIZE)
+
+        try:
+            first, _, positions = await self.server.append(bodies, prepare=place)
+        except DLedgerError as error:
+            if self.log.write_position == written_from:
+                self._next_offsets = before  # nothing written: the offsets are free again
+            raise _store_error(error) from None
+        return [PutResult(create_offset_message_id(self.store_host, pos + DLEDGER_HEADER_SIZE),
+                          pos + DLEDGER_HEADER_SIZE, message.queue_id, queue_offset, len(body), now, first + i)
+                for i, (message, body, pos, queue_offset)
+                in enumerate(zip(messages, bodies, positions, assigned))]
+
+    def _assign(self, message: MessageExt) -> int:
+        key = (message.topic, message.queue_id)
+        offset = self._next_offsets.get(key)
+        if offset is None:
+            offset = self._queue_end(*key)
+        self._next_offsets[key] = offset + 1
+        return offset
+
+
+def _store_error(error: DLedgerError) -> StoreError | DLedgerError:
+    """Name a log failure in the store's words (the broker maps these to codes)."""
+    code = error.code
+    if code in (ResponseCode.NOT_LEADER, ResponseCode.LEADER_NOT_READY, ResponseCode.LEADER_TRANSFERRING,
+                ResponseCode.LEADER_PENDING_FULL):
+        return StoreUnavailableError(error.message, error.leader_id, error.leader_address)
+    if code in (ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.TERM_CHANGED):
+        return PutOutcomeUnknownError(error.message)
+    if code in (ResponseCode.DISK_FULL,):
+        return StoreFullError(error.message)
+    return error

@@ -1,0 +1,188 @@
+"""RocketMQ's IndexFile: an on-disk hash index from message keys to commit log offsets.
+
+    header   40 bytes   begin timestamp int64, end timestamp int64,
+                        begin phys offset int64, end phys offset int64,
+                        hash slot count int32 (slots in use), index count int32
+    slots    4 bytes each, hash_slot_num of them: the newest item of the slot's chain
+    items    20 bytes each, index_num of them:
+                        key hash int32, phys offset int64,
+                        time diff int32 (seconds after the begin timestamp),
+                        previous item of the same slot int32
+
+All big-endian. Item 0 is never used, so 0 in a slot or a "previous" field
+means "none" and the index count starts at 1. The key hash is |String.hashCode|
+of "topic#key" and the slot is hash % hash_slot_num; colliding keys share a
+chain and are told apart by the stored hash (and, by the caller, by reading the
+message). A file is full when the index count reaches index_num.
+
+`IndexService` (store/index_service.py) keeps several such files and rolls to a
+new one when the last is full.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from store.errors import CorruptFileError
+from store.mapped_file import MappedFile
+
+INDEX_HEADER_SIZE: Final = 40
+HASH_SLOT_SIZE: Final = 4
+INDEX_ITEM_SIZE: Final = 20
+INVALID_INDEX: Final = 0
+DEFAULT_HASH_SLOT_NUM: Final = 5_000_000
+DEFAULT_INDEX_NUM: Final = 20_000_000
+_INT32_MAX = (1 << 31) - 1
+
+_HEADER = struct.Struct(">qqqqii")
+_ITEM = struct.Struct(">iqii")
+_SLOT = struct.Struct(">i")
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ITEM_SIZE
+
+
+@dataclass(slots=True)
+class IndexHeader:
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phys_offset: int = 0
+    end_phys_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 1
+
+    def pack(self) -> bytes:
+        return _HEADER.pack(self.begin_timestamp, self.end_timestamp, self.begin_phys_offset,
+                            self.end_phys_offset, self.hash_slot_count, self.index_count)
+
+
+class IndexFile:
+    """One index file. Create with `IndexFile.create`, reopen with `IndexFile.load`."""
+
+    def __init__(self, mapped: MappedFile, hash_slot_num: int, index_num: int, header: IndexHeader) -> None:
+        self._mapped = mapped
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.header = header
+        self._items_start = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+
+    @property
+    def path(self) -> str:
+        return self._mapped.path
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self._mapped.path)
+
+    @classmethod
+    def create(cls, path: str, hash_slot_num: int, index_num: int,
+               end_phys_offset: int = 0, end_timestamp: int = 0) -> "IndexFile":
+        """A new empty file that continues after a full one: its begin and end
+        start at the previous file's end, so the replay check and time ranges
+        stay continuous across files."""
+        _check_geometry(hash_slot_num, index_num)
+        mapped = MappedFile.create(path, 0, index_file_size(hash_slot_num, index_num))
+        header = IndexHeader(end_timestamp, end_timestamp, end_phys_offset, end_phys_offset)
+        index_file = cls(mapped, hash_slot_num, index_num, header)
+        mapped.write(0, header.pack())
+        return index_file
+
+    @classmethod
+    def load(cls, path: str, hash_slot_num: int, index_num: int) -> "IndexFile":
+        _check_geometry(hash_slot_num, index_num)
+        mapped = MappedFile.open_existing(path, 0, index_file_size(hash_slot_num, index_num))
+        header = IndexHeader(*_HEADER.unpack(mapped.read(0, INDEX_HEADER_SIZE)))
+        # A header never written (a crash right after creation) reads as zeros.
+        header.index_count = max(header.index_count, 1)
+        if header.index_count > index_num or not 0 <= header.hash_slot_count <= hash_slot_num:
+            mapped.close()
+            raise CorruptFileError(
+                f"{path}: header says {header.index_count} items and {header.hash_slot_count} slots in use, "
+                f"beyond the file's {index_num} items and {hash_slot_num} slots")
+        return cls(mapped, hash_slot_num, index_num, header)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.header.index_count <= 1
+
+    def is_write_full(self) -> bool:
+        return self.header.index_count >= self.index_num
+
+    def put_key(self, key_hash: int, phys_offset: int, store_timestamp: int) -> bool:
+        """Add an item at the head of the key's slot chain; False when the file is full."""
+        header = self.header
+        if header.index_count >= self.index_num:
+            return False
+        slot_at = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        previous = self._slot_value(slot_at)
+        if header.index_count <= 1:
+            # The first item fixes the file's begin; RocketMQ sets it after
+            # computing the first time diff, which skews that item's time.
+            header.begin_phys_offset = phys_offset
+            header.begin_timestamp = store_timestamp
+        time_diff = 0
+        if header.begin_timestamp > 0:
+            time_diff = min(max((store_timestamp - header.begin_timestamp) // 1000, 0), _INT32_MAX)
+        item = header.index_count
+        # The item goes in before the slot points at it.
+        self._mapped.write(self._items_start + item * INDEX_ITEM_SIZE,
+                           _ITEM.pack(key_hash, phys_offset, time_diff, previous))
+        self._mapped.write(slot_at, _SLOT.pack(item))
+        if previous == INVALID_INDEX:
+            header.hash_slot_count += 1
+        header.index_count += 1
+        header.end_phys_offset = phys_offset
+        header.end_timestamp = store_timestamp
+        self._mapped.write(0, header.pack())
+        return True
+
+    def _slot_value(self, slot_at: int) -> int:
+        value = _SLOT.unpack(self._mapped.read(slot_at, HASH_SLOT_SIZE))[0]
+        # Anything outside the written items (a torn write) starts a new chain.
+        return value if 0 < value < self.header.index_count else INVALID_INDEX
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """Whether [begin, end] (ms) overlaps the file's [begin, end] timestamps."""
+        return begin <= self.header.end_timestamp and end >= self.header.begin_timestamp
+
+    def select_phys_offsets(self, found: list[int], key_hash: int, max_num: int, begin: int, end: int,
+                            max_phys_offset: int | None = None) -> None:
+        """Append to `found` the offsets of the key's items, newest first, whose
+        time may lie in [begin, end] and whose offset is below max_phys_offset,
+        until `found` holds max_num. Follows the slot chain one pread per item."""
+        item = self._slot_value(INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE)
+        begin_timestamp = self.header.begin_timestamp
+        while item != INVALID_INDEX and len(found) < max_num:
+            hash_read, phys_offset, time_diff, previous = _ITEM.unpack(
+                self._mapped.read(self._items_start + item * INDEX_ITEM_SIZE, INDEX_ITEM_SIZE))
+            # Time diffs are whole seconds, rounded down: an item's real time
+            # lies in [earliest, earliest + 999].
+            earliest = begin_timestamp + time_diff * 1000
+            if earliest + 999 < begin:
+                break  # older items of the chain are older still
+            if (hash_read == key_hash and earliest <= end
+                    and (max_phys_offset is None or phys_offset < max_phys_offset)):
+                found.append(phys_offset)
+            # Chains only point backwards; anything else is damage, and ends the walk.
+            item = previous if 0 < previous < item else INVALID_INDEX
+
+    def sync(self) -> bool:
+        return self._mapped.sync()
+
+    def close(self) -> None:
+        self._mapped.close()
+
+    def delete(self) -> None:
+        self._mapped.delete()
+
+    def __repr__(self) -> str:
+        return f"IndexFile({self.name}, items={self.header.index_count - 1})"
+
+
+def _check_geometry(hash_slot_num: int, index_num: int) -> None:
+    if hash_slot_num <= 0 or index_num <= 1:
+        raise ValueError(f"an index file needs at least one hash slot and two items "
+                         f"(item 0 is unused), got {hash_slot_num} slots and {index_num} items")

@@ -1,0 +1,355 @@
+"""MessageStore: RocketMQ's DefaultMessageStore over the DLedger commit log.
+
+It owns the store directory of a node:
+
+    <node dir>/store/consumequeue/<topic>/<queueId>/<20-digit offset>
+    <node dir>/store/index/<yyyyMMddHHmmssSSS>
+    <node dir>/store/config/topics.json, subscriptionGroup.json, consumerOffset.json (+ .bak)
+    <node dir>/store/checkpoint, abort
+
+and the tasks that keep it: the apply loop (ReputMessageService), a flush
+task that makes derived files durable and then records in the checkpoint how
+far they go, a task that rewrites the JSON snapshots, and cleanup below the
+log's first retained entry. Writes (messages and metadata) go through the
+leader's log; everything else is read from what the apply loop derived.
+
+Recovery, after a clean stop or a crash alike: ConsumeQueues and index files
+are cut back to the committed log, and the apply loop resumes after the
+checkpoint's entry, so a restart re-derives only the unflushed tail.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from dledger.server import DLedgerServer
+from store import codec
+from store.codec import MessageExt
+from store.commit_log import DLEDGER_HEADER_SIZE, DLedgerCommitLog, PutResult
+from store.config import MessageStoreConfig
+from store.config_manager import ConfigManager
+from store.consume_queue import GetStatus
+from store.consume_queue_store import ConsumeQueueStore
+from store.consumer_offset import ConsumerOffsetManager, OffsetCommit, offsets_payload
+from store.errors import (MessageDecodeError, MessageTooLargeError, QueueIdError, StoreFailedError,
+                          StoreUnavailableError, TopicNotFoundError)
+from store.index_service import IndexService
+from store.reput import ArrivalListener, ReputMessageService, SystemEntryHandler
+from store.socket_address import SocketAddress
+from store.store_checkpoint import StoreCheckpoint, mark_running, mark_stopped
+from store.subscription_group import (SubscriptionGroupConfig, SubscriptionGroupManager, group_delete_payload,
+                                      group_update_payload)
+from store.system_entry import SystemKind, encode_system_entry
+from store.topic_config import TopicConfig, TopicConfigManager, topic_delete_payload, topic_update_payload
+
+log = logging.getLogger(__name__)
+
+# A pull returns at most this many bytes of messages (RocketMQ:
+# maxTransferBytesOnMessageInMemory 256 KiB; we allow a 4 MiB message through).
+DEFAULT_MAX_PULL_BYTES = 4 << 20
+
+
+@dataclass
+class GetMessageResult:
+    """RocketMQ's GetMessageResult: what a pull found and where to go next."""
+    status: GetStatus
+    messages: list[MessageExt] = field(default_factory=list)
+    next_offset: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+
+
+class MessageStore:
+    def __init__(self, config: MessageStoreConfig, server: DLedgerServer, store_host: SocketAddress) -> None:
+        self.config = config
+        self.server = server
+        self.topics = TopicConfigManager(config.config_dir)
+        self.groups = SubscriptionGroupManager(config.config_dir)
+        self.offsets = ConsumerOffsetManager(config.config_dir)
+        self.managers: list[ConfigManager] = [self.topics, self.groups, self.offsets]
+        self.commit_log = DLedgerCommitLog(server, store_host, self._queue_end)
+        self.consume_queues: ConsumeQueueStore | None = None
+        self.index: IndexService | None = None
+        self.reput: ReputMessageService | None = None
+        self.checkpoint = StoreCheckpoint()
+        self._checkpoint_path = os.path.join(config.store_dir, "checkpoint")
+        self._abort_path = os.path.join(config.store_dir, "abort")
+        self._tasks: list[asyncio.Task[None]] = []
+        self._flush_lock = asyncio.Lock()
+        self._persist_lock = asyncio.Lock()
+        self._extra_handlers: list[SystemEntryHandler] = []
+        self._extra_listeners: list[ArrivalListener] = []
+        self.started = False
+
+    # ============================================================== lifecycle
+    def register_handler(self, handler: SystemEntryHandler) -> None:
+        """A state machine of the broker's fed with its kinds of system entries."""
+        self._extra_handlers.append(handler)
+        if self.reput is not None:
+            self.reput.register(handler)
+
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        self._extra_listeners.append(listener)
+        if self.reput is not None:
+            self.reput.listeners.append(listener)
+
+    async def start(self) -> None:
+        config = self.config
+        os.makedirs(config.config_dir, exist_ok=True)
+        crashed = mark_running(self._abort_path)
+        for manager in self.managers:
+            manager.load()
+        committed_end = self.commit_log.committed_end()
+        min_physical = self.commit_log.min_physical_offset()
+        queues = ConsumeQueueStore.open(config.store_dir, config.consume_queue_units_per_file, min_physical)
+        dropped = queues.truncate_from_phys(committed_end + DLEDGER_HEADER_SIZE)
+        self.consume_queues = queues
+        if config.message_index_enable:
+            self.index = IndexService.open(config.store_dir, config.index_hash_slots, config.index_items,
+                                           committed_end=committed_end + DLEDGER_HEADER_SIZE)
+        self.checkpoint = StoreCheckpoint.load(self._checkpoint_path) or StoreCheckpoint()
+        log_store = self.server.store
+        resume = max(min(self.checkpoint.applied_index, self.commit_log.committed_index),
+                     log_store.ledger_begin_index - 1)
+        self.reput = ReputMessageService(self.server, queues, self.index, self.commit_log.min_physical_offset,
+                                         resume, config.reput_batch_bytes)
+        for handler in [*self.managers, *self._extra_handlers]:
+            self.reput.register(handler)
+        self.reput.listeners.extend(self._extra_listeners)
+        # The log keeps what the store has not durably derived yet.
+        self.server.retention_floors.append(lambda: self.checkpoint.applied_index + 1)
+        log.info("message store %s: %s, %d ConsumeQueues (%d units past the committed log dropped), "
+                 "applying from entry %d (committed %d)", config.store_dir,
+                 "recovering after a crash" if crashed else "clean start", len(queues), dropped,
+                 resume + 1, self.commit_log.committed_index)
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self.reput.run(), name="ReputMessageService"),
+                       loop.create_task(self._every(config.flush_interval_s, self.flush), name="FlushConsumeQueue"),
+                       loop.create_task(self._every(config.config_persist_interval_s, self.persist_configs),
+                                        name="PersistConfigs"),
+                       loop.create_task(self._every(config.clean_interval_s, self.clean_expired),
+                                        name="CleanConsumeQueue")]
+        self.started = True
+
+    async def shutdown(self) -> None:
+        if not self.started:
+            return
+        self.started = False
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.flush()
+        await self.persist_configs(force=True)
+        assert self.consume_queues is not None
+        self.consume_queues.close()
+        if self.index is not None:
+            self.index.close()
+        mark_stopped(self._abort_path)
+        log.info("message store stopped at entry %d", self.checkpoint.applied_index)
+
+    @staticmethod
+    async def _every(interval: float, action: Any) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await action()
+            except OSError as error:
+                log.error("%s failed: %s; retrying in %.1f s", action.__name__, error, interval)
+
+    # ======================================================== durability tasks
+    async def flush(self) -> None:
+        """Make derived files durable, then record how far they go. One at a
+        time: the periodic flush and the one at shutdown must not interleave."""
+        async with self._flush_lock:
+            await self._flush_once()
+
+    async def _flush_once(self) -> None:
+        reput, queues = self._require_started()
+        progress = reput.progress
+        applied, timestamp = progress.applied_index, progress.last_store_timestamp
+        confirm = self.commit_log.committed_end()
+        await asyncio.to_thread(self._flush_files)
+        checkpoint = StoreCheckpoint(timestamp, timestamp, timestamp, confirm, confirm, applied)
+        await asyncio.to_thread(checkpoint.save, self._checkpoint_path)
+        self.checkpoint = checkpoint
+
+    def _flush_files(self) -> None:
+        assert self.consume_queues is not None
+        self.consume_queues.flush()
+        if self.index is not None:
+            self.index.flush()
+
+    async def persist_configs(self, force: bool = False) -> None:
+        async with self._persist_lock:
+            for manager in self.managers:
+                snapshot = manager.snapshot(force)
+                if snapshot is not None:
+                    await asyncio.to_thread(manager.write, *snapshot)
+
+    async def clean_expired(self) -> None:
+        """Drop ConsumeQueue files and index files below the log's first entry."""
+        queues = self._require_started()[1]
+        min_physical = self.commit_log.min_physical_offset()
+        deleted = queues.delete_before_phys(min_physical)
+        if self.index is not None:
+            self.index.delete_expired(min_physical)
+        if deleted:
+            log.info("deleted %d ConsumeQueue files below physical offset %d", deleted, min_physical)
+
+    # ================================================================= writes
+    async def put_messages(self, messages: Sequence[MessageExt]) -> list[PutResult]:
+        """Store messages (through this node, which must be the leader) and
+        return where they went, once committed. Topics must exist and queue
+        ids be in range; see DLedgerCommitLog.put for offsets."""
+        ready_from = await self._ready_for_writes()
+        for message in messages:
+            self._check_put(message)
+        assert self.reput is not None
+        return await self.commit_log.put(messages, ready_from, self.reput.applied_index)
+
+    def _check_put(self, message: MessageExt) -> None:
+        config = self.topics.get(message.topic)
+        if config is None:
+            raise TopicNotFoundError(f"topic {message.topic!r} does not exist")
+        if not 0 <= message.queue_id < config.write_queue_nums:
+            raise QueueIdError(f"queue {message.queue_id} of topic {message.topic!r} does not exist "
+                               f"(it has {config.write_queue_nums} write queues)")
+        if len(message.body) > self.config.max_message_size:
+            raise MessageTooLargeError(f"message body of {len(message.body)} bytes exceeds the maximum "
+                                       f"of {self.config.max_message_size}")
+
+    async def _ready_for_writes(self) -> int:
+        """The start of this leader's term, once the store has applied up to it."""
+        reput = self._require_started()[0]
+        if reput.failure is not None:
+            raise reput.failure
+        ready_from = self.server.leader_ready_from()
+        if ready_from is None:
+            ms = self.server.member_state
+            where = f"the leader is {ms.leader_id} at {ms.leader_address}" if ms.leader_id else "no leader yet"
+            raise StoreUnavailableError(f"{self.server.config.self_id} is not the leader; {where}",
+                                        ms.leader_id, ms.leader_address)
+        if reput.applied_index < ready_from and not await reput.wait_applied(ready_from, self.config.ready_wait_s):
+            raise StoreUnavailableError(f"this new leader is still applying the log (at {reput.applied_index}, "
+                                        f"its term starts at {ready_from})")
+        return ready_from
+
+    async def append_system_entry(self, kind: int, payload: dict[str, Any]) -> int:
+        """Write a system entry and wait until this node has applied it, so the
+        caller reads its effect at once. Returns its index."""
+        await self._ready_for_writes()
+        index, _, _ = await self.server.append([encode_system_entry(kind, payload)])
+        assert self.reput is not None
+        if not await self.reput.wait_applied(index, self.server.config.max_wait_ack_s):
+            raise StoreUnavailableError(f"system entry {index} is committed but not applied here in time")
+        return index
+
+    async def update_topic(self, config: TopicConfig) -> None:
+        await self.append_system_entry(SystemKind.TOPIC_UPDATE, topic_update_payload(config))
+
+    async def delete_topic(self, topic: str) -> None:
+        await self.append_system_entry(SystemKind.TOPIC_DELETE, topic_delete_payload(topic))
+
+    async def update_group(self, config: SubscriptionGroupConfig) -> None:
+        await self.append_system_entry(SystemKind.GROUP_UPDATE, group_update_payload(config))
+
+    async def delete_group(self, group: str) -> None:
+        await self.append_system_entry(SystemKind.GROUP_DELETE, group_delete_payload(group))
+
+    async def commit_offsets(self, commits: Iterable[OffsetCommit]) -> None:
+        commits = list(commits)
+        if commits:
+            await self.append_system_entry(SystemKind.CONSUMER_OFFSETS, offsets_payload(commits))
+
+    # ================================================================== reads
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int,
+                     tag_hashes: set[int] | None = None, max_bytes: int = DEFAULT_MAX_PULL_BYTES) -> GetMessageResult:
+        """Messages of a queue from `offset`, at most `max_count` and about
+        `max_bytes`; with `tag_hashes` only those whose tag hash matches (the
+        caller still compares tag strings: hashes collide)."""
+        queues = self._require_started()[1]
+        queue = queues.get(topic, queue_id)
+        if queue is None:
+            return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE)
+        found = queue.get(offset, max_count, tag_hashes)
+        result = GetMessageResult(found.status, [], found.next_offset, found.min_offset, found.max_offset)
+        used = 0
+        for unit in found.units:
+            if result.messages and used + unit.size > max_bytes:
+                result.next_offset = unit.queue_offset
+                break
+            message = self.read_message(unit.phys_offset)
+            if message is None:
+                continue  # retention removed it between the queue read and now
+            result.messages.append(message)
+            used += unit.size
+        if found.units and not result.messages and result.status is GetStatus.FOUND:
+            result.status = GetStatus.NO_MATCHED_MESSAGE
+        return result
+
+    def read_message(self, physical_offset: int) -> MessageExt | None:
+        """The committed message at a physical offset (None when not there)."""
+        body = self.commit_log.read(physical_offset)
+        if body is None:
+            return None
+        try:
+            return codec.decode(body)
+        except MessageDecodeError:
+            return None  # a system entry, or not a message at all
+
+    def query_messages(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[MessageExt]:
+        """Messages of `topic` whose KEYS or message id (UNIQ_KEY) is `key`,
+        stored within [begin_ms, end_ms], newest first."""
+        if self.index is None:
+            return []
+        limit = self.commit_log.committed_end() + DLEDGER_HEADER_SIZE
+        found: list[MessageExt] = []
+        for physical_offset in self.index.query(topic, key, max_num, begin_ms, end_ms, max_phys_offset=limit):
+            message = self.read_message(physical_offset)
+            if message is not None and message.topic == topic and \
+                    (key in message.key_list or message.uniq_key == key) and \
+                    begin_ms <= message.store_timestamp <= end_ms:
+                found.append(message)
+        return found
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        queue = self._require_started()[1].get(topic, queue_id)
+        return queue.min_offset if queue is not None else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        queue = self._require_started()[1].get(topic, queue_id)
+        return queue.max_offset if queue is not None else 0
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose message was stored at or after
+        `timestamp_ms` (max_offset when none): a binary search over the queue."""
+        queue = self._require_started()[1].get(topic, queue_id)
+        if queue is None:
+            return 0
+        low, high = queue.min_offset, queue.max_offset
+        while low < high:
+            middle = (low + high) // 2
+            unit = queue.unit_at(middle)
+            message = self.read_message(unit.phys_offset) if unit is not None else None
+            if message is not None and message.store_timestamp < timestamp_ms:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    @property
+    def applied_index(self) -> int:
+        return self.reput.applied_index if self.reput is not None else -1
+
+    def _require_started(self) -> tuple[ReputMessageService, ConsumeQueueStore]:
+        if self.reput is None or self.consume_queues is None:
+            raise StoreUnavailableError("the message store is not started")
+        if self.reput.failure is not None and not isinstance(self.reput.failure, StoreFailedError):
+            raise self.reput.failure
+        return self.reput, self.consume_queues
+
+    def _queue_end(self, topic: str, queue_id: int) -> int:
+        return self.max_offset(topic, queue_id)

@@ -1,0 +1,196 @@
+"""ReputMessageService: the one task that derives the store from the committed log.
+
+It reads committed entries in index order and dispatches each:
+- a message: its ConsumeQueue unit (plain and committed-transaction messages,
+  as RocketMQ's CommitLogDispatcherBuildConsumeQueue), its IndexFile items,
+  then the arrival listeners (long polling, the delayed-message service, ...);
+- a system entry: to the manager registered for its kind (topics, groups,
+  consumer offsets; the broker registers its own kinds);
+- the log's own entries (term NOOPs, producer marks) and bodies that are
+  neither (plain `dledger append` data on the same log): nothing.
+
+Everything it writes is derived from committed entries only, so every replica
+derives the same ConsumeQueues, index and metadata. It checks the leader's
+work as it goes: a message must sit at its entry's position + 48 and carry
+exactly the next offset of its queue; if not, applying stops (StoreFailedError)
+rather than derive a store that differs from the other replicas'.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from dledger.entry import MAGIC_NORMAL, DLedgerEntry
+from dledger.server import DLedgerServer
+from store import codec
+from store.codec import DispatchRequest
+from store.commit_log import DLEDGER_HEADER_SIZE, gets_queue_offset
+from store.consume_queue import ConsumeQueue
+from store.consume_queue_store import ConsumeQueueStore
+from store.errors import StoreError, StoreFailedError
+from store.index_service import IndexService
+from store.system_entry import SYSTEM_MAGIC_CODE, decode_system_entry
+
+log = logging.getLogger(__name__)
+
+# The loop yields to other tasks after this many entries, so that a long
+# catch-up (a restart, a new follower) does not starve the node's RPCs.
+ENTRIES_PER_SLICE = 2000
+
+ArrivalListener = Callable[[DispatchRequest, int], None]  # (message, entry index)
+
+
+class SystemEntryHandler(Protocol):
+    kinds: frozenset[int]
+
+    def apply(self, index: int, kind: int, payload: dict) -> None: ...
+
+
+@dataclass
+class Progress:
+    """Where applying stands: the last applied entry and the store time of the
+    last applied message (the checkpoint records both)."""
+    applied_index: int
+    last_store_timestamp: int = 0
+
+
+class ReputMessageService:
+    def __init__(self, server: DLedgerServer, consume_queues: ConsumeQueueStore, index: IndexService | None,
+                 min_physical_offset: Callable[[], int], applied_index: int, batch_bytes: int) -> None:
+        self.server = server
+        self.consume_queues = consume_queues
+        self.index = index
+        self.min_physical_offset = min_physical_offset
+        self.progress = Progress(applied_index)
+        self.batch_bytes = batch_bytes
+        self.handlers: dict[int, SystemEntryHandler] = {}
+        self.listeners: list[ArrivalListener] = []
+        self.failure: StoreFailedError | None = None
+        self._applied_event = asyncio.Event()
+        self._ignored_raw = 0
+
+    @property
+    def applied_index(self) -> int:
+        return self.progress.applied_index
+
+    def register(self, handler: SystemEntryHandler) -> None:
+        for kind in handler.kinds:
+            self.handlers[kind] = handler
+
+    # ------------------------------------------------------------------- loop
+    async def run(self) -> None:
+        try:
+            while True:
+                committed = self.server.member_state.committed_index
+                if self.applied_index >= committed:
+                    await self.server.wait_committed(self.applied_index + 1)
+                    continue
+                self.apply_available(committed)
+                await asyncio.sleep(0)
+        except StoreFailedError as failure:
+            self.failure = failure
+            log.critical("the apply loop stopped: %s", failure)
+            self._applied_event.set()
+
+    def apply_available(self, committed: int) -> None:
+        """Apply committed entries after applied_index, up to `committed`, in
+        slices; a slice at a time from the caller's point of view."""
+        log_store = self.server.store
+        start = max(self.applied_index + 1, log_store.ledger_begin_index)
+        applied = 0
+        while start <= committed and applied < ENTRIES_PER_SLICE:
+            entries = log_store.read_entries(start, committed, self.batch_bytes)
+            if not entries:
+                break
+            for entry in entries:
+                self._dispatch(entry)
+            self.progress.applied_index = entries[-1].index
+            start = entries[-1].index + 1
+            applied += len(entries)
+        if start > self.applied_index + 1:
+            self.progress.applied_index = start - 1
+        self._applied_event.set()
+        self._applied_event = asyncio.Event()
+
+    async def wait_applied(self, index: int, timeout: float) -> bool:
+        """Wait until entries up to `index` are applied; False on timeout or failure."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.applied_index < index and self.failure is None:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._applied_event.wait(), remaining)
+            except asyncio.TimeoutError:
+                return False
+        return self.applied_index >= index
+
+    # --------------------------------------------------------------- dispatch
+    def _dispatch(self, entry: DLedgerEntry) -> None:
+        if entry.magic != MAGIC_NORMAL or len(entry.body) < 8:
+            return
+        magic = codec.peek_magic(entry.body)
+        try:
+            if magic in codec.MESSAGE_MAGIC_CODES:
+                self._dispatch_message(entry)
+            elif magic == SYSTEM_MAGIC_CODE:
+                self._dispatch_system(entry)
+            else:
+                self._note_raw(entry)
+        except StoreFailedError:
+            raise
+        except StoreError as error:
+            raise StoreFailedError(f"entry {entry.index} (pos {entry.pos}) cannot be applied: {error}") from error
+
+    def _dispatch_message(self, entry: DLedgerEntry) -> None:
+        request = codec.peek(entry.body)
+        if request.physical_offset != entry.pos + DLEDGER_HEADER_SIZE:
+            raise StoreFailedError(f"entry {entry.index}: message says physical offset "
+                                   f"{request.physical_offset}, but it lies at {entry.pos + DLEDGER_HEADER_SIZE}")
+        if gets_queue_offset(request.sys_flag):
+            self._put_unit(entry.index, request)
+        if self.index is not None:
+            self.index.put_message(request.topic, request.keys, request.uniq_key, request.physical_offset,
+                                   request.store_timestamp, request.sys_flag)
+        self.progress.last_store_timestamp = request.store_timestamp
+        for listener in self.listeners:
+            listener(request, entry.index)
+
+    def _put_unit(self, index: int, request: DispatchRequest) -> None:
+        queue = self.consume_queues.find_or_create(request.topic, request.queue_id)
+        if request.queue_offset > queue.max_offset and self._starts_afresh(queue):
+            # This replica's log begins after the queue's earlier messages
+            # (retention, or a reset to the leader's first entry).
+            log.info("ConsumeQueue %s/%d starts at offset %d", request.topic, request.queue_id,
+                     request.queue_offset)
+            queue.restart_at(request.queue_offset)
+        if request.queue_offset < queue.min_offset:
+            raise StoreFailedError(f"entry {index}: {request.topic}/{request.queue_id} offset "
+                                   f"{request.queue_offset} is below the queue's minimum {queue.min_offset}")
+        if request.queue_offset > queue.max_offset:
+            raise StoreFailedError(f"entry {index}: {request.topic}/{request.queue_id} offset "
+                                   f"{request.queue_offset} would leave a gap after {queue.max_offset - 1}")
+        # At max_offset it appends; below, a replay after a restart must find
+        # exactly this unit there (ConsumeQueueError otherwise).
+        queue.put(request.queue_offset, request.physical_offset, request.msg_size, request.tags_code)
+
+    def _starts_afresh(self, queue: ConsumeQueue) -> bool:
+        last = queue.last_unit()
+        return last is None or last.phys_offset < self.min_physical_offset()
+
+    def _dispatch_system(self, entry: DLedgerEntry) -> None:
+        system = decode_system_entry(entry.body)
+        handler = self.handlers.get(system.kind)
+        if handler is None:
+            log.warning("entry %d: no handler for system entry kind %d; skipped", entry.index, system.kind)
+            return
+        handler.apply(entry.index, system.kind, system.payload)
+
+    def _note_raw(self, entry: DLedgerEntry) -> None:
+        self._ignored_raw += 1
+        if self._ignored_raw in (1, 10, 100, 1000) or self._ignored_raw % 100_000 == 0:
+            log.info("entry %d is neither a message nor a system entry (%d such so far); not a "
+                     "message store entry", entry.index, self._ignored_raw)
+

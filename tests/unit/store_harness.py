@@ -1,0 +1,78 @@
+"""A three-node cluster whose nodes each run a MessageStore on the replicated
+log: real DLedgerServers and real store files, joined by the in-memory network."""
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import replace
+
+from store.codec import MessageExt
+from store.config import MessageStoreConfig
+from store.message_store import MessageStore
+from store.socket_address import SocketAddress
+from store.topic_config import TopicConfig
+from tests.unit.raft_harness import Cluster
+
+SMALL_STORE = dict(consume_queue_units_per_file=64, index_hash_slots=64, index_items=256,
+                   flush_interval_s=0.05, config_persist_interval_s=0.1, clean_interval_s=3600.0,
+                   ready_wait_s=2.0)
+
+
+class StoreCluster(Cluster):
+    def __init__(self, base_dir: str, size: int = 3, store: dict | None = None, **overrides: object) -> None:
+        super().__init__(base_dir, size, **overrides)
+        self.store_settings = {**SMALL_STORE, **(store or {})}
+        self.stores: dict[str, MessageStore] = {}
+
+    async def start(self, node: str | None = None) -> None:
+        for node_id in [node] if node else list(self.configs):
+            await super().start(node_id)
+            config = MessageStoreConfig(store_dir=os.path.join(self.configs[node_id].data_dir, "store"),
+                                        **self.store_settings)  # type: ignore[arg-type]
+            store = MessageStore(config, self.servers[node_id], SocketAddress("127.0.0.1", 30000 + int(node_id[1:])))
+            await store.start()
+            self.stores[node_id] = store
+
+    async def stop(self, node: str | None = None) -> None:
+        for node_id in [node] if node else list(self.stores):
+            store = self.stores.pop(node_id, None)
+            if store is not None:
+                await store.shutdown()
+            await super().stop(node_id)
+
+    def reconfigure_store(self, **changes: object) -> None:
+        self.store_settings.update(changes)
+
+    async def leader_store(self) -> MessageStore:
+        return self.stores[await self.wait_leader()]
+
+    async def create_topic(self, topic: str, queues: int = 4) -> None:
+        store = await self.leader_store()
+        await store.update_topic(TopicConfig(topic, read_queue_nums=queues, write_queue_nums=queues))
+
+    async def wait_applied(self, timeout: float = 5.0) -> None:
+        """Every store has applied everything its node committed, and all agree."""
+        await self.wait_converged(timeout=timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            if all(s.applied_index >= self.servers[n].member_state.committed_index for n, s in self.stores.items()):
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("stores did not apply the committed log in time")
+
+
+def message(topic: str, body: bytes, queue_id: int = 0, tags: str | None = None, keys: str | None = None,
+            uniq_key: str | None = None) -> MessageExt:
+    properties: dict[str, str] = {}
+    if tags:
+        properties["TAGS"] = tags
+    if keys:
+        properties["KEYS"] = keys
+    if uniq_key:
+        properties["UNIQ_KEY"] = uniq_key
+    return MessageExt(topic=topic, body=body, queue_id=queue_id, born_timestamp=1, properties=properties,
+                      born_host=SocketAddress("127.0.0.1", 5555))
+
+
+__all__ = ["StoreCluster", "message", "replace"]
