@@ -28,6 +28,7 @@ class FaultRecovery:
     detail: str
     start_s: float
     end_s: float | None
+    in_combo: bool
     # Fault start -> the first acknowledgement of an append invoked after it
     # (for a leader kill: the failover time as a client sees it).
     recovery_s: float | None
@@ -65,11 +66,21 @@ def recoveries(history: History) -> list[FaultRecovery]:
 def recovery_of(window: FaultWindow, acks: list[Operation]) -> FaultRecovery:
     after_heal = first_ack_after(acks, window.end_s) if window.end_s is not None else None
     return FaultRecovery(window.number, window.kind, window.targets, window.detail, window.start_s,
-                         window.end_s, first_ack_after(acks, window.start_s), after_heal)
+                         window.end_s, window.in_combo, first_ack_after(acks, window.start_s), after_heal)
 
 
-def recovery_stats(items: list[FaultRecovery], kinds: tuple[str, ...] | None = None) -> dict[str, float | None]:
-    times = [r.recovery_s for r in items if r.recovery_s is not None and (kinds is None or r.kind in kinds)]
+def recovery_stats(items: list[FaultRecovery], kinds: tuple[str, ...] | None = None,
+                   solo: bool = False) -> dict[str, float | int | None]:
+    """Count, median and worst recovery of the faults of `kinds` (all when
+    None); `solo` leaves out the parts of combined faults."""
+    times = [r.recovery_s for r in items
+             if r.recovery_s is not None and (kinds is None or r.kind in kinds) and not (solo and r.in_combo)]
     if not times:
-        return {"median_s": None, "worst_s": None}
-    return {"median_s": round(statistics.median(times), 3), "worst_s": round(max(times), 3)}
+        return {"count": 0, "median_s": None, "worst_s": None}
+    return {"count": len(times), "median_s": round(statistics.median(times), 3), "worst_s": round(max(times), 3)}
+
+
+def recovery_by_kind(items: list[FaultRecovery]) -> dict[str, dict[str, float | int | None]]:
+    """Per fault kind, faults on their own only (a combo's parts overlap)."""
+    kinds = sorted({r.kind for r in items if not r.in_combo})
+    return {kind: recovery_stats(items, (kind,), solo=True) for kind in kinds}

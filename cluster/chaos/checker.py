@@ -7,8 +7,8 @@ healing and convergence), what went wrong.
 - unexpected: a committed entry that no client sent (no workload id, or an id
   never invoked);
 - failed_present: an append the cluster said it did not apply is in the log;
-- diverged: an index two nodes both hold committed with different term, body
-  or chain CRC (the chain CRC covers every entry before it, so equal chain
+- diverged: an index two nodes both hold committed with different term, magic,
+  body or chain CRC (the chain CRC covers every entry before it, so equal chain
   CRCs at the last index mean equal logs), or a node whose log has a hole;
 - order_violations: A was acknowledged before B was invoked, yet B's index is
   not above A's (unknown operations whose entries are in the log count as B
@@ -29,6 +29,7 @@ from cluster.chaos.history import History, Operation, Outcome
 from cluster.chaos.nemesis import PROBE_PREFIX
 from cluster.chaos.schedule import ISOLATE_LEADER
 from cluster.chaos.workload import id_of
+from dledger.entry import MAGIC_NORMAL
 
 # How many examples of each violation a summary shows.
 EXAMPLES = 5
@@ -40,6 +41,7 @@ class LogEntry:
     term: int
     body: bytes
     chain_crc: int
+    magic: int = MAGIC_NORMAL   # the log's own entries (NOOP, producer marks) are compared, not counted
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def find_divergence(logs: dict[str, list[LogEntry]]) -> list[Divergence]:
                 found.append(Divergence(node, previous.index + 1, node, "hole in the committed log"))
     for index in sorted(set().union(*by_node.values())):
         held = {node: entries[index] for node, entries in by_node.items() if index in entries}
-        keys = {node: (e.term, e.body, e.chain_crc) for node, e in held.items()}
+        keys = {node: (e.term, e.magic, e.body, e.chain_crc) for node, e in held.items()}
         if len(set(keys.values())) <= 1:
             continue
         majority = Counter(keys.values()).most_common(1)[0][0]
@@ -132,7 +134,7 @@ def find_divergence(logs: dict[str, list[LogEntry]]) -> list[Divergence]:
 
 
 def _difference(entry: LogEntry, other: LogEntry) -> str:
-    for what in ("term", "body", "chain_crc"):
+    for what in ("term", "magic", "body", "chain_crc"):
         if getattr(entry, what) != getattr(other, what):
             return what
     return "none"
@@ -140,11 +142,11 @@ def _difference(entry: LogEntry, other: LogEntry) -> str:
 
 def locate_ids(reference: list[LogEntry], decode: Callable[[bytes], str | None],
                result: CheckResult) -> dict[str, list[int]]:
-    """id -> the indexes whose bodies carry it; entries with no id are unexpected
-    (except empty bodies: the NOOP a new leader appends)."""
+    """id -> the indexes whose bodies carry it; client entries with no id are
+    unexpected (the log's own entries, NOOPs and producer marks, carry none)."""
     where: dict[str, list[int]] = defaultdict(list)
     for entry in reference:
-        if not entry.body:
+        if entry.magic != MAGIC_NORMAL:
             continue
         op_id = decode(entry.body)
         if op_id is None:

@@ -1,7 +1,7 @@
 """`dledger chaos`: its arguments, and the run with its exit code.
 
     dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...]
-                  [--seed N] [--workload log|broker] [--out DIR] [--json]
+                  [--seed N] [--workload log|broker] [--out DIR] [--no-idempotence] [--json]
 
 Prints the summary JSON last (with --json) and exits 0 when every check
 passed, 1 when any failed, 2 on a usage error (and for a workload that is not
@@ -45,6 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=LogWorkloadConfig.clients, help="concurrent clients")
     parser.add_argument("--rate", type=float, default=LogWorkloadConfig.rate_per_client, metavar="OPS",
                         help="appends per second per client outside heavy bursts")
+    parser.add_argument("--no-idempotence", action="store_true",
+                        help="clients without a producer id: an append with an unknown outcome is not retried")
     parser.add_argument("--keep-data", action="store_true", help="keep the nodes' data dirs after a valid run")
     for flag in NODE_FLAGS:
         parser.add_argument(flag, dest="node_" + flag[2:].replace("-", "_"), metavar="VALUE",
@@ -74,7 +76,8 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         out_dir=Path(args.out), nodes=args.nodes, duration_s=args.duration, faults=parse_faults(args.faults),
         seed=args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31),
         workload=args.workload, node_args=tuple(node_args),
-        workload_config=LogWorkloadConfig(clients=args.clients, rate_per_client=args.rate),
+        workload_config=LogWorkloadConfig(idempotent=not args.no_idempotence, clients=args.clients,
+                                          rate_per_client=args.rate),
         schedule=ScheduleConfig(min_pause_s=2 * election_max), keep_data=args.keep_data)
 
 

@@ -61,6 +61,8 @@ class FaultWindow:
     start_s: float
     end_s: float | None = None
     detail: str = ""
+    group: int = 0          # the planned fault it carries out (two windows share one in a combo)
+    in_combo: bool = False
 
 
 @dataclass
@@ -118,6 +120,7 @@ class History:
         for window in self.faults:
             rows.append((window.start_s, 0, {"type": "fault-start", "fault": window.number, "kind": window.kind,
                                              "targets": list(window.targets), "detail": window.detail,
+                                             "group": window.group, "combo": window.in_combo,
                                              "time_s": round(window.start_s, 6)}))
             if window.end_s is not None:
                 rows.append((window.end_s, 1, {"type": "fault-end", "fault": window.number,
@@ -147,7 +150,8 @@ def load_history(path: Path) -> History:
             op.first_index, op.error = event.get("index"), event.get("error", "")
         elif kind == "fault-start":
             window = FaultWindow(event["fault"], event["kind"], tuple(event["targets"]), event["time_s"],
-                                 detail=event.get("detail", ""))
+                                 detail=event.get("detail", ""), group=event.get("group", 0),
+                                 in_combo=event.get("combo", False))
             windows[window.number] = window
             history.faults.append(window)
         elif kind == "fault-end":

@@ -75,14 +75,17 @@ class Nemesis:
             first, second = fault.parts
             seeds = rng.getrandbits(32), rng.getrandbits(32)
             await asyncio.gather(
-                self._hold(first, random.Random(seeds[0]), 0.0, fault.duration_s),
-                self._hold(second, random.Random(seeds[1]), fault.stagger_s, fault.duration_s - fault.stagger_s))
+                self._hold(fault, first, random.Random(seeds[0]), 0.0, fault.duration_s),
+                self._hold(fault, second, random.Random(seeds[1]), fault.stagger_s,
+                           fault.duration_s - fault.stagger_s))
         else:
-            await self._hold(fault.kind, rng, 0.0, fault.duration_s)
+            await self._hold(fault, fault.kind, rng, 0.0, fault.duration_s)
 
-    async def _hold(self, kind: str, rng: random.Random, after_s: float, for_s: float) -> None:
+    async def _hold(self, fault: PlannedFault, kind: str, rng: random.Random, after_s: float,
+                    for_s: float) -> None:
         await asyncio.sleep(after_s)
         active = await self._injectors[kind](rng)
+        active.window.group, active.window.in_combo = fault.number, fault.kind == COMBO
         log.info("fault %d %s on %s %s", active.window.number, kind, ",".join(active.window.targets),
                  active.window.detail)
         await asyncio.sleep(max(0.0, for_s))

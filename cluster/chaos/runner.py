@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.chaos.availability import longest_gap, recoveries, recovery_stats
+from cluster.chaos.availability import longest_gap, recoveries, recovery_by_kind, recovery_stats
 from cluster.chaos.checker import CheckResult, LogEntry, check
 from cluster.chaos.history import History, Outcome
 from cluster.chaos.nemesis import PROBE_PREFIX, Nemesis
@@ -159,7 +159,10 @@ async def wait_committed(admin: DLedgerClient, cluster: ProcessCluster, nodes: l
 
 
 async def read_log(admin: DLedgerClient, node: str) -> list[LogEntry]:
-    return [LogEntry(e.index, e.term, e.body, e.chain_crc) async for e in admin.read(from_id=node)]
+    """Node `node`'s whole committed log, the log's own entries included (so
+    that holes and differences in NOOPs and producer marks show too)."""
+    return [LogEntry(e.index, e.term, e.body, e.chain_crc, e.magic)
+            async for e in admin.read(from_id=node, include_system=True)]
 
 
 # ------------------------------------------------------------------ output
@@ -207,7 +210,10 @@ def build_summary(options: ChaosOptions, state: RunState, result: CheckResult | 
         "max_unavailability_window_s": [round(gap.from_s, 3), round(gap.to_s, 3)],
         "faults_injected": len(per_fault),
         "recovery": recovery_stats(per_fault),
-        "failover": recovery_stats(per_fault, (KILL_LEADER, CRASH_WRITE)),
+        # A leader SIGKILLed on its own: the time until a client's append is
+        # acknowledged again.
+        "failover": recovery_stats(per_fault, (KILL_LEADER, CRASH_WRITE), solo=True),
+        "recovery_by_kind": recovery_by_kind(per_fault),
         "per_fault": [_rounded(asdict(r)) for r in per_fault],
         "examples": result.examples() if result else {},
         "wall_s": round(state.wall_s, 1),
@@ -230,7 +236,7 @@ def write_outputs(options: ChaosOptions, state: RunState, summary: dict[str, Any
         for node, entries in state.logs.items():
             with open(out / "logs" / f"{node}.jsonl", "w") as file:
                 for e in entries:
-                    file.write(json.dumps({"index": e.index, "term": e.term, "chain_crc": e.chain_crc,
+                    file.write(json.dumps({"index": e.index, "term": e.term, "magic": e.magic, "chain_crc": e.chain_crc,
                                            "body_base64": base64.b64encode(e.body).decode()}) + "\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 

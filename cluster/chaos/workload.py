@@ -2,15 +2,24 @@
 operation in the History.
 
 The log workload: several concurrent clients (each with its own
-DLedgerClient, so its own connections) append bodies that each carry a unique
-id (`chaos:<client>-<n>`). Normally each client appends one entry at a time at
-a bounded rate; in *heavy* mode (switched on by the nemesis before a crash
-during writes) each client appends batches of larger bodies back to back.
+DLedgerClient, so its own connections and its own producer id) append bodies
+that each carry a unique id (`chaos:<client>-<n>`). Normally each client
+appends one entry at a time at a bounded rate; in *heavy* mode (switched on by
+the nemesis before a crash during writes) each client appends batches of
+larger bodies back to back.
 
-Appends are not idempotent yet, so an append whose outcome is unknown is never
-sent again: the client library's own retries are limited to answers that
-prove the entry was not appended (NOT_LEADER and the like), and everything else
-(a timeout, a broken connection, TERM_CHANGED) is recorded as unknown.
+Appends are idempotent by default: the client library numbers each request
+and retries an unknown outcome (a timeout, a broken connection, TERM_CHANGED,
+a killed leader) with the same sequence number until its deadline, and the
+group answers a repeat with the original indexes. So an operation ends ok or,
+when the deadline passes first, unknown: after retries no answer proves that
+no attempt was applied, so nothing is recorded as failed. The duplicate check
+is what proves the retries harmless.
+
+With `idempotent=False` (`dledger chaos --no-idempotence`) an append whose
+outcome is unknown is never sent again: the library retries only answers that
+prove the entry was not appended (NOT_LEADER and the like), and the last
+answer decides: fail when it proves that, unknown otherwise.
 
 The broker workload (sends and consumes through the RocketMQ 5 API) plugs in
 at `make_workload` once the broker exists.
@@ -62,6 +71,7 @@ class Workload(Protocol):
 
 @dataclass(frozen=True)
 class LogWorkloadConfig:
+    idempotent: bool = True
     clients: int = 5
     # Appends per second per client in normal mode: the machine is small and
     # shared, and the nodes must keep time for their heartbeats.
@@ -74,8 +84,9 @@ class LogWorkloadConfig:
     # the new one (the library's default, 5 s, would hide the failover
     # behind the timeout).
     append_timeout_s: float = 1.5
-    # One append's overall time, retries on NOT_LEADER included.
-    op_deadline_s: float = 5.0
+    # One append's overall time, retries included: longer than any single
+    # fault, so that an idempotent append rides a failover out.
+    op_deadline_s: float = 10.0
     # After a failed or unknown append: don't spin while there is no leader.
     error_backoff_s: float = 0.05
 
@@ -97,8 +108,11 @@ def outcome_is_fail(error: DLedgerError) -> bool:
 
 
 class SingleShotClient(DLedgerClient):
-    """A DLedgerClient whose appends are never sent twice once they may have
-    been applied (until idempotent appends exist)."""
+    """A DLedgerClient without a producer id whose appends are never sent
+    twice once they may have been applied."""
+
+    def __init__(self, servers: list[str], **options: float) -> None:
+        super().__init__(servers, producer_id="", coalesce=False, **options)
 
     async def append_once(self, bodies: list[bytes]) -> AppendResult:
         request = pb.AppendRequest(header=self._header(), bodies=bodies)
@@ -139,11 +153,14 @@ class LogWorkload:
                     raise TimeoutError(f"no append acknowledged within {deadline_s}s after healing")
                 await asyncio.sleep(0.2)
 
-    def _client(self) -> SingleShotClient:
-        return SingleShotClient(self.servers, deadline_s=self.config.op_deadline_s,
-                                append_timeout_s=self.config.append_timeout_s)
+    def _client(self) -> DLedgerClient:
+        timing = {"deadline_s": self.config.op_deadline_s, "append_timeout_s": self.config.append_timeout_s}
+        if self.config.idempotent:
+            return DLedgerClient(self.servers, **timing)  # a fresh random producer id
+        return SingleShotClient(self.servers, **timing)
 
     async def _client_loop(self, name: str, stop: asyncio.Event) -> None:
+        """Append until `stop`; an operation in flight then still completes."""
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         async with self._client() as client:
@@ -159,13 +176,17 @@ class LogWorkload:
                     next_at = max(next_at + 1.0 / self.config.rate_per_client, loop.time())
                     await asyncio.sleep(max(0.0, next_at - loop.time()))
 
-    async def _append(self, client: SingleShotClient, name: str, count: int, size: int) -> Operation:
+    async def _append(self, client: DLedgerClient, name: str, count: int, size: int) -> Operation:
         ids = tuple(self._next_id(name) for _ in range(count))
+        bodies = [body_for(i, size) for i in ids]
         op = self.history.invoke(name, ids)
         try:
-            result = await client.append_once([body_for(i, size) for i in ids])
+            if isinstance(client, SingleShotClient):
+                result = await client.append_once(bodies)
+            else:
+                result = await client.append(bodies)
         except DLedgerError as error:
-            if outcome_is_fail(error):
+            if isinstance(client, SingleShotClient) and outcome_is_fail(error):
                 self.history.fail(op, f"{error.code.name}: {error.message}")
             else:
                 self.history.unknown(op, f"{error.code.name}: {error.message}")

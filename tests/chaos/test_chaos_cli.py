@@ -39,6 +39,17 @@ def test_chaos_command_prints_the_summary_last_and_writes_history_and_timeline(t
     assert {p.name for p in (out / "nodes").iterdir()} == {"n0.log", "n1.log", "n2.log"}
 
 
+def test_chaos_command_without_idempotence_passes_every_check(tmp_path: Path):
+    # Without a producer id nothing is retried once it may have been
+    # applied, so the last answer decides: a kill gives unknown outcomes, and
+    # only NOT_LEADER-like answers are failures (which must not be in the log).
+    done = dledger("chaos", "--duration", "4", "--faults", "kill-leader", "--seed", "11", "--no-idempotence",
+                   "--out", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["valid"] and summary["failed_present"] == 0 and summary["duplicated"] == 0
+
+
 def test_broker_workload_is_refused_until_the_broker_exists(tmp_path: Path):
     done = dledger("chaos", "--workload", "broker", "--out", str(tmp_path), "--json")
     assert done.returncode == 2

@@ -10,6 +10,7 @@ from cluster.chaos.checker import LogEntry, check
 from cluster.chaos.history import FaultWindow, History, Operation, Outcome, load_history
 from cluster.chaos.schedule import ISOLATE_LEADER
 from cluster.chaos.workload import body_for
+from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL, MAGIC_PRODUCER_MARK
 
 
 def op(number: int, ids: list[str], invoke: float, complete: float | None, outcome: Outcome,
@@ -17,12 +18,14 @@ def op(number: int, ids: list[str], invoke: float, complete: float | None, outco
     return Operation(number, client, tuple(ids), invoke, complete, outcome, first_index)
 
 
-def build_log(items: list[tuple[int, bytes]]) -> list[LogEntry]:
-    """Entries from index 0 with the given (term, body), chained like the store's chain CRC."""
+def build_log(items: list[tuple[int, bytes] | tuple[int, bytes, int]]) -> list[LogEntry]:
+    """Entries from index 0 with the given (term, body[, magic]), chained like
+    the store's chain CRC; an empty body is a NOOP."""
     entries, chain = [], 0
-    for index, (term, body) in enumerate(items):
-        chain = zlib.crc32(body, zlib.crc32(f"{index}:{term}".encode(), chain))
-        entries.append(LogEntry(index, term, body, chain))
+    for index, (term, body, *rest) in enumerate(items):
+        magic = rest[0] if rest else (MAGIC_NOOP if body == b"" else MAGIC_NORMAL)
+        chain = zlib.crc32(body, zlib.crc32(f"{index}:{term}:{magic}".encode(), chain))
+        entries.append(LogEntry(index, term, body, chain, magic))
     return entries
 
 
@@ -44,8 +47,9 @@ def clean_history() -> History:
 
 
 def clean_log() -> list[LogEntry]:
+    # Ends with a producer mark: the log's own entry, which carries no workload id.
     return build_log([(1, b""), (1, body("c0-0")), (1, body("c1-0")), (1, body("c1-1")),
-                      (2, b""), (2, body("c0-1")), (2, body("c2-1"))])
+                      (2, b""), (2, body("c0-1")), (2, body("c2-1")), (2, b"\x00mark", MAGIC_PRODUCER_MARK)])
 
 
 def three_copies(log: list[LogEntry]) -> dict[str, list[LogEntry]]:
@@ -56,12 +60,12 @@ def test_clean_history_passes_every_check():
     result = check(clean_history(), three_copies(clean_log()))
     assert result.valid, result.counts()
     assert result.unknown_present == 1
-    assert result.committed_entries == 7
+    assert result.committed_entries == 8
 
 
 def test_acknowledged_entry_missing_from_the_log_is_lost():
     log = [e for e in clean_log() if e.body != body("c1-1")]
-    log = build_log([(e.term, e.body) for e in log])
+    log = build_log([(e.term, e.body, e.magic) for e in log])
     result = check(clean_history(), three_copies(log))
     assert result.lost == ["c1-1"]
     assert not result.valid
@@ -78,14 +82,14 @@ def test_acknowledged_entry_at_another_index_than_acknowledged_is_misplaced():
 
 
 def test_id_in_two_entries_is_duplicated():
-    items = [(e.term, e.body) for e in clean_log()] + [(2, body("c0-1"))]  # the unknown append, twice
+    items = [(e.term, e.body, e.magic) for e in clean_log()] + [(2, body("c0-1"))]  # the unknown append, twice
     result = check(clean_history(), three_copies(build_log(items)))
     assert result.duplicated == ["c0-1"]
     assert not result.valid
 
 
 def test_acknowledged_entry_duplicated_is_caught_too():
-    items = [(e.term, e.body) for e in clean_log()] + [(2, body("c0-0"))]
+    items = [(e.term, e.body, e.magic) for e in clean_log()] + [(2, body("c0-0"))]
     result = check(clean_history(), three_copies(build_log(items)))
     assert result.duplicated == ["c0-0"]
 
@@ -109,6 +113,14 @@ def test_same_body_with_a_different_term_or_chain_is_a_divergence():
     logs["n2"][6] = LogEntry(e.index, e.term, e.body, e.chain_crc ^ 1)
     result = check(clean_history(), logs)
     assert sorted((d.node, d.index, d.what) for d in result.diverged) == [("n1", 5, "term"), ("n2", 6, "chain_crc")]
+
+
+def test_entry_of_another_kind_at_the_same_index_is_a_divergence():
+    logs = three_copies(clean_log())
+    e = logs["n0"][4]
+    logs["n0"][4] = LogEntry(e.index, e.term, e.body, e.chain_crc, MAGIC_NORMAL)   # the NOOP, as a client entry
+    result = check(clean_history(), logs)
+    assert ("n0", 4, "magic") in [(d.node, d.index, d.what) for d in result.diverged]
 
 
 def test_hole_in_a_committed_log_is_a_divergence():
@@ -157,15 +169,15 @@ def test_unknown_append_that_landed_below_an_earlier_acknowledgement_is_an_order
 
 
 def test_entry_no_client_sent_is_unexpected():
-    items = [(e.term, e.body) for e in clean_log()]
+    items = [(e.term, e.body, e.magic) for e in clean_log()]
     items += [(2, b"garbage"), (2, body("c7-7"))]  # not a workload body; an id never invoked
     result = check(clean_history(), three_copies(build_log(items)))
-    assert result.unexpected == [7, 8]
+    assert result.unexpected == [8, 9]
     assert not result.valid
 
 
 def test_append_that_was_refused_must_not_be_in_the_log():
-    items = [(e.term, e.body) for e in clean_log()] + [(2, body("c2-0"))]
+    items = [(e.term, e.body, e.magic) for e in clean_log()] + [(2, body("c2-0"))]
     result = check(clean_history(), three_copies(build_log(items)))
     assert result.failed_present == ["c2-0"]
     assert not result.valid
@@ -192,11 +204,11 @@ def test_old_leader_acknowledging_after_the_heal_is_fine():
 
 def test_history_file_round_trip_gives_the_same_verdict(tmp_path: Path):
     history = clean_history()
-    history.faults = [FaultWindow(1, "kill-leader", ("n1",), 0.2, 0.9, "")]
+    history.faults = [FaultWindow(1, "kill-leader", ("n1",), 0.2, 0.9, "", group=1)]
     history.write(tmp_path / "history.jsonl")
     loaded = load_history(tmp_path / "history.jsonl")
     assert [(o.number, o.ids, o.outcome, o.first_index) for o in loaded.operations] == \
            [(o.number, o.ids, o.outcome, o.first_index) for o in history.operations]
     assert loaded.faults == history.faults
-    items = [(e.term, e.body) for e in clean_log() if e.body != body("c0-0")]
+    items = [(e.term, e.body, e.magic) for e in clean_log() if e.body != body("c0-0")]
     assert check(loaded, three_copies(build_log(items))).lost == ["c0-0"]
