@@ -6,6 +6,7 @@ really injected and the cluster acknowledging appends again afterwards."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,10 @@ SHORT = ScheduleConfig(warmup_s=1.0, fault_s=(1.5, 2.5), quiet_s=(0.5, 1.0), min
 DURATION_S = 4.5
 
 
-async def short_run(kind: str, out: Path, seed: int, duration_s: float = DURATION_S) -> dict[str, Any]:
+async def short_run(kind: str, out: Path, seed: int, duration_s: float = DURATION_S,
+                    schedule: ScheduleConfig = SHORT) -> dict[str, Any]:
     summary = await run_chaos(ChaosOptions(out_dir=out, duration_s=duration_s, faults=(kind,), seed=seed,
-                                           schedule=SHORT, convergence_timeout_s=20.0))
+                                           schedule=schedule, convergence_timeout_s=20.0))
     assert summary["valid"], json.dumps(summary, indent=1)
     assert summary["faults_injected"] >= 1
     assert all(f["recovery_s"] is not None for f in summary["per_fault"]), "no ack after a fault"
@@ -52,9 +54,12 @@ async def test_isolated_leader_acknowledges_nothing(tmp_path: Path):
 
 
 async def test_paused_leader_is_replaced_before_it_resumes(tmp_path: Path):
-    summary = await short_run(PAUSE_LEADER, tmp_path, seed=5, duration_s=5.0)
+    # Clients see a new leader about 2.5 s into the pause (a 1.5 s call
+    # timeout, then a discovery that waits 1 s for the frozen node): pause 4 s.
+    summary = await short_run(PAUSE_LEADER, tmp_path, seed=5, duration_s=5.5,
+                              schedule=replace(SHORT, min_pause_s=4.0))
     (fault,) = summary["per_fault"]
-    assert fault["end_s"] - fault["start_s"] >= 3.0
+    assert fault["end_s"] - fault["start_s"] >= 4.0
     # A new leader acknowledged appends while the old one was frozen.
     assert fault["recovery_s"] < fault["end_s"] - fault["start_s"]
 
