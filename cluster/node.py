@@ -13,11 +13,15 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.service import MessagingServicer
 from cluster.metrics import NodeMetrics
 from dledger.config import DLedgerConfig
 from dledger.rpc.peer_client import GrpcTransport
@@ -25,6 +29,11 @@ from dledger.rpc.service import DLedgerServicer
 from dledger.server import DLedgerServer
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
+from rpcgen.apache.rocketmq.v2 import service_pb2_grpc as messaging_grpc
+from store.config import MessageStoreConfig
+from store.message_store import MessageStore
+from store.errors import StoreError
+from store.socket_address import SocketAddress
 
 log = logging.getLogger("dledger.node")
 
@@ -69,6 +78,8 @@ class Node:
         self.grpc_server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.metrics = NodeMetrics(config.group, config.self_id)
+        self.store: MessageStore | None = None
+        self.broker: Broker | None = None
         self._stopped = False
 
     async def start(self) -> None:
@@ -84,6 +95,14 @@ class Node:
         self._bind(config.self_peer.address)
         await self.server.start()
         self.metrics.bind(self.server.status, asyncio.get_running_loop())
+        self.store = MessageStore(MessageStoreConfig(store_dir=os.path.join(config.data_dir, "store")),
+                                  self.server, store_host(config))
+        # The broker registers its state machines with the store before the
+        # store replays the log into them.
+        self.broker = Broker(broker_config(config), self.store, self.server)
+        await self.store.start()
+        await self.broker.start()
+        messaging_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.broker), self.grpc_server)
         await self.grpc_server.start()
         if config.metrics_address:
             self._serve_metrics(config.metrics_address)
@@ -118,12 +137,37 @@ class Node:
         await self.health.enter_graceful_shutdown()
         if self.grpc_server is not None:
             await self.grpc_server.stop(self.grace_s)
+        if self.broker is not None:
+            await self.broker.stop()
+        if self.store is not None:
+            await self.store.shutdown()
         if self.server is not None:
             await self.server.shutdown()
         if self.transport is not None:
             await self.transport.close()
         await asyncio.to_thread(self.metrics.close)
         log.info("node stopped")
+
+
+def broker_config(config: DLedgerConfig) -> BrokerConfig:
+    """The broker serves the DLedger group; routes list every node's client address."""
+    return BrokerConfig(broker_name=config.group,
+                        endpoints=tuple(config.client_address_of(peer.id) for peer in config.peers))
+
+
+def store_host(config: DLedgerConfig) -> SocketAddress:
+    """The STOREHOST written into messages (and the offset message id): this
+    node's client address when it is an IP literal, else its resolved host."""
+    host, _, port = config.client_address_of(config.self_id).rpartition(":")
+    for candidate in (host, config.self_peer.host):
+        try:
+            return SocketAddress.parse(f"{candidate}:{port}")
+        except (ValueError, StoreError):
+            try:
+                return SocketAddress.parse(f"{socket.gethostbyname(candidate)}:{port}")
+            except (OSError, ValueError, StoreError):
+                continue
+    return SocketAddress("0.0.0.0", int(port))
 
 
 async def run_node(config: DLedgerConfig, exit_with_parent: int | None = None) -> int:

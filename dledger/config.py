@@ -105,7 +105,9 @@ class DLedgerConfig:
     # ---- client appends (QuorumAckChecker)
     max_wait_ack_s: float = 2.5           # then WAIT_QUORUM_ACK_TIMEOUT
     max_pending_requests: int = 100_000   # entries awaiting commit; then LEADER_PENDING_FULL
-    max_entry_size: int = 4 << 20         # a body larger than this is refused
+    # A body larger than this is refused: room for a 4 MiB RocketMQ message
+    # body plus its headers and up to 32 KiB of properties.
+    max_entry_size: int = (4 << 20) + (64 << 10)
     max_append_batch_entries: int = 10_000
 
     # ---- storage (DLedger's file store)

@@ -37,6 +37,7 @@ from store.consumer_offset import ConsumerOffsetManager, OffsetCommit, offsets_p
 from store.errors import (MessageDecodeError, MessageTooLargeError, QueueIdError, StoreFailedError,
                           StoreUnavailableError, TopicNotFoundError)
 from store.index_service import IndexService
+from store.message_id import decode_offset_message_id
 from store.reput import ArrivalListener, ReputMessageService, SystemEntryHandler
 from store.socket_address import SocketAddress
 from store.store_checkpoint import StoreCheckpoint, mark_running, mark_stopped
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 # A pull returns at most this many bytes of messages (RocketMQ:
 # maxTransferBytesOnMessageInMemory 256 KiB; we allow a 4 MiB message through).
 DEFAULT_MAX_PULL_BYTES = 4 << 20
+READY_POLL_S = 0.005
 
 
 @dataclass
@@ -85,6 +87,14 @@ class MessageStore:
         self.started = False
 
     # ============================================================== lifecycle
+    def add_manager(self, manager: ConfigManager) -> None:
+        """A state machine of the broker's that is fed its kinds of system
+        entries and snapshotted like topics.json (see ConfigManager). Add it
+        before start(): it is loaded from its file and replayed with the rest."""
+        if self.started:
+            raise RuntimeError("add managers before the store starts: they must be replayed from its checkpoint")
+        self.managers.append(manager)
+
     def register_handler(self, handler: SystemEntryHandler) -> None:
         """A state machine of the broker's fed with its kinds of system entries."""
         self._extra_handlers.append(handler)
@@ -226,13 +236,23 @@ class MessageStore:
         reput = self._require_started()[0]
         if reput.failure is not None:
             raise reput.failure
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.ready_wait_s
+        ms = self.server.member_state
         ready_from = self.server.leader_ready_from()
+        # A leader just elected takes a moment to commit the entry opening its term.
+        while ready_from is None and ms.is_leader and loop.time() < deadline:
+            await asyncio.sleep(READY_POLL_S)
+            ready_from = self.server.leader_ready_from()
         if ready_from is None:
-            ms = self.server.member_state
+            if ms.is_leader:
+                raise StoreUnavailableError(f"{self.server.config.self_id} leads term {ms.term} but has not "
+                                            f"committed its first entry yet")
             where = f"the leader is {ms.leader_id} at {ms.leader_address}" if ms.leader_id else "no leader yet"
             raise StoreUnavailableError(f"{self.server.config.self_id} is not the leader; {where}",
                                         ms.leader_id, ms.leader_address)
-        if reput.applied_index < ready_from and not await reput.wait_applied(ready_from, self.config.ready_wait_s):
+        remaining = max(0.0, deadline - loop.time())
+        if reput.applied_index < ready_from and not await reput.wait_applied(ready_from, remaining):
             raise StoreUnavailableError(f"this new leader is still applying the log (at {reput.applied_index}, "
                                         f"its term starts at {ready_from})")
         return ready_from
@@ -314,6 +334,21 @@ class MessageStore:
                     begin_ms <= message.store_timestamp <= end_ms:
                 found.append(message)
         return found
+
+    def query_message_by_id(self, message_id: str, topic: str | None = None) -> MessageExt | None:
+        """The message with this id: an offset message id (store host and
+        physical offset, 32 hex digits) is read where it points; a client
+        message id (UNIQ_KEY) is looked up in the index under `topic`."""
+        try:
+            _, physical_offset = decode_offset_message_id(message_id)
+        except ValueError:
+            physical_offset = None
+        if physical_offset is not None:
+            return self.read_message(physical_offset)
+        if topic is None:
+            return None
+        found = self.query_messages(topic, message_id, 1, 0, 1 << 62)
+        return next((m for m in found if m.uniq_key == message_id), None)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         queue = self._require_started()[1].get(topic, queue_id)

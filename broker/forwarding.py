@@ -1,0 +1,133 @@
+"""A follower serves clients by forwarding their calls to the leader.
+
+RocketMQ's official clients send everything for a route to one endpoint set,
+picking the first address that answers, so any node may receive any call.
+Writes (and pop consumption, which writes) must be done by the leader, so a
+follower relays them over gRPC to the leader's peer address, unchanged, with
+the client's own metadata, and relays the answer back. During an election it
+waits up to `leader_wait_s` for a leader before answering HA_NOT_AVAILABLE.
+A forwarded call is marked and never forwarded again: a node that receives
+one while not leading answers HA_NOT_AVAILABLE, and the client retries.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AsyncIterator
+
+import grpc
+
+from broker.config import BrokerConfig
+from broker.errors import BrokerError
+from dledger.server import DLedgerServer
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+FORWARDED_HEADER = "x-pydledger-forwarded"
+# Request headers gRPC itself sets; everything else is the client's.
+_TRANSPORT_HEADERS = ("grpc-", ":", "user-agent", "te", "content-type")
+MAX_MESSAGE_BYTES = 130 << 20  # the 5.x proxy's inbound limit: 4 MiB x 32 + 2 MiB
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 500),
+]
+POLL_S = 0.02
+
+
+class LeaderForwarder:
+    def __init__(self, server: DLedgerServer, config: BrokerConfig) -> None:
+        self.server = server
+        self.config = config
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def is_leader(self) -> bool:
+        return self.server.member_state.is_leader
+
+    @staticmethod
+    def was_forwarded(context: grpc.aio.ServicerContext) -> bool:
+        return any(key == FORWARDED_HEADER for key, _ in context.invocation_metadata() or ())
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
+
+    # ---------------------------------------------------------------- calls
+    async def unary(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        stub, metadata, timeout = await self._target(method, context)
+        try:
+            return await getattr(stub, method)(request, metadata=metadata, timeout=timeout)
+        except grpc.aio.AioRpcError as error:
+            raise _relay_failure(method, error) from None
+
+    async def server_stream(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        stub, metadata, timeout = await self._target(method, context)
+        call = getattr(stub, method)(request, metadata=metadata, timeout=timeout)
+        try:
+            async for response in call:
+                yield response
+        except grpc.aio.AioRpcError as error:
+            raise _relay_failure(method, error) from None
+        finally:
+            call.cancel()
+
+    async def bidi_stream(self, method: str, requests: AsyncIterator[Any],
+                          context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        stub, metadata, _ = await self._target(method, context)
+        call = getattr(stub, method)(requests, metadata=metadata)
+        try:
+            async for response in call:
+                yield response
+        except grpc.aio.AioRpcError as error:
+            raise _relay_failure(method, error) from None
+        finally:
+            call.cancel()
+
+    # ------------------------------------------------------------- plumbing
+    async def _target(self, method: str, context: grpc.aio.ServicerContext
+                      ) -> tuple[service_pb2_grpc.MessagingServiceStub, list[tuple[str, str]], float | None]:
+        if self.was_forwarded(context):
+            raise BrokerError(pb.HA_NOT_AVAILABLE, f"{self.server.config.self_id} received a forwarded "
+                                                   f"{method} but does not lead; retry")
+        address = await self._leader_address()
+        metadata = [(k, v) for k, v in context.invocation_metadata() or ()
+                    if not k.startswith(_TRANSPORT_HEADERS)]
+        metadata.append((FORWARDED_HEADER, self.server.config.self_id))
+        remaining = context.time_remaining()
+        timeout = min(remaining, self.config.forward_timeout_s) if remaining is not None else None
+        return service_pb2_grpc.MessagingServiceStub(self._channel(address)), metadata, timeout
+
+    async def _leader_address(self) -> str:
+        """The leader's peer address (peers reach each other there, even where
+        clients use other, advertised, addresses), waiting out an election."""
+        ms = self.server.member_state
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.leader_wait_s
+        while True:
+            if ms.leader_id and ms.leader_id != self.server.config.self_id:
+                return self.server.config.address_of(ms.leader_id)
+            if ms.is_leader:
+                return self.server.config.self_peer.address
+            if loop.time() >= deadline:
+                raise BrokerError(pb.HA_NOT_AVAILABLE, "no leader is elected yet; retry")
+            await asyncio.sleep(POLL_S)
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        return channel
+
+
+def _relay_failure(method: str, error: grpc.aio.AioRpcError) -> BrokerError:
+    """A leader that cannot be reached (it died, an election runs) is an
+    availability problem the client's retry fixes."""
+    if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                        grpc.StatusCode.CANCELLED):
+        return BrokerError(pb.HA_NOT_AVAILABLE, f"forwarding {method} to the leader failed: {error.details()}; retry")
+    return BrokerError(pb.INTERNAL_SERVER_ERROR, f"forwarding {method} to the leader failed: "
+                                                 f"{error.code().name}: {error.details()}")

@@ -1,0 +1,130 @@
+"""The gRPC servicer of apache.rocketmq.v2.MessagingService: translation only.
+
+Every call goes through one edge: the client must name itself
+(x-mq-client-id), calls that write are forwarded to the leader when this node
+does not lead, and every error becomes the protocol's Status (broker/status.py).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+
+import grpc
+
+from broker import validation
+from broker.broker import Broker
+from broker.errors import BrokerError
+from broker.status import ok, status_of
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+CLIENT_ID_HEADER = "x-mq-client-id"
+Response = TypeVar("Response")
+Handler = Callable[[Any, str, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+def client_id_of(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == CLIENT_ID_HEADER and value:
+            return str(value)
+    raise BrokerError(pb.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is required")
+
+
+class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.forwarder = broker.forwarder
+
+    # ------------------------------------------------------------- the edge
+    async def _unary(self, method: str, request: Any, context: grpc.aio.ServicerContext,
+                     response_type: type[Response], handler: Handler, leader_only: bool = True) -> Response:
+        try:
+            client_id = client_id_of(context)
+            if leader_only and not self.forwarder.is_leader():
+                return await self.forwarder.unary(method, request, context)  # type: ignore[no-any-return]
+            return await handler(request, client_id, context)  # type: ignore[no-any-return]
+        except Exception as error:  # noqa: BLE001 - the one place errors become statuses
+            return response_type(status=status_of(error))  # type: ignore[call-arg]
+
+    # ----------------------------------------------------------- routes etc.
+    async def QueryRoute(self, request: spb.QueryRouteRequest, context: grpc.aio.ServicerContext
+                         ) -> spb.QueryRouteResponse:
+        return await self._unary("QueryRoute", request, context, spb.QueryRouteResponse, self._query_route,
+                                 leader_only=False)
+
+    async def _query_route(self, request: spb.QueryRouteRequest, client_id: str,
+                           context: grpc.aio.ServicerContext) -> spb.QueryRouteResponse:
+        topic = request.topic.name
+        validation.validate_topic(topic)
+        if not request.endpoints.addresses:
+            raise BrokerError(pb.ILLEGAL_ACCESS_POINT, "the request names no endpoints (the access point used)")
+        topics = self.broker.topics
+        if topics.get(topic) is None and self.broker.config.auto_create_topic:
+            if not self.forwarder.is_leader():
+                return await self.forwarder.unary("QueryRoute", request, context)  # type: ignore[no-any-return]
+            await topics.ensure_for_send(topic)
+        return spb.QueryRouteResponse(status=ok(), message_queues=topics.route(topic))
+
+    async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context: grpc.aio.ServicerContext
+                              ) -> spb.QueryAssignmentResponse:
+        return await self._unary("QueryAssignment", request, context, spb.QueryAssignmentResponse,
+                                 self._query_assignment, leader_only=False)
+
+    async def _query_assignment(self, request: spb.QueryAssignmentRequest, client_id: str,
+                                context: grpc.aio.ServicerContext) -> spb.QueryAssignmentResponse:
+        validation.validate_topic(request.topic.name)
+        validation.validate_consumer_group(request.group.name)
+        # Pop consumption balances by message, not by queue: every consumer of
+        # the group may read every readable queue.
+        queues = [q for q in self.broker.topics.route(request.topic.name)
+                  if q.permission in (pb.READ, pb.READ_WRITE)]
+        return spb.QueryAssignmentResponse(status=ok(), assignments=[pb.Assignment(message_queue=q) for q in queues])
+
+    async def Heartbeat(self, request: spb.HeartbeatRequest, context: grpc.aio.ServicerContext
+                        ) -> spb.HeartbeatResponse:
+        return await self._unary("Heartbeat", request, context, spb.HeartbeatResponse, self._heartbeat)
+
+    async def _heartbeat(self, request: spb.HeartbeatRequest, client_id: str,
+                         context: grpc.aio.ServicerContext) -> spb.HeartbeatResponse:
+        if request.client_type == pb.CLIENT_TYPE_UNSPECIFIED:
+            raise BrokerError(pb.UNRECOGNIZED_CLIENT_TYPE, "the heartbeat names no client type")
+        if request.HasField("group") and request.group.name:
+            await self.broker.ensure_group(request.group.name)
+        self.broker.clients.touch(client_id)
+        return spb.HeartbeatResponse(status=ok())
+
+    async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
+                                      context: grpc.aio.ServicerContext) -> spb.NotifyClientTerminationResponse:
+        return await self._unary("NotifyClientTermination", request, context, spb.NotifyClientTerminationResponse,
+                                 self._notify_termination)
+
+    async def _notify_termination(self, request: spb.NotifyClientTerminationRequest, client_id: str,
+                                  context: grpc.aio.ServicerContext) -> spb.NotifyClientTerminationResponse:
+        self.broker.clients.close(client_id)
+        return spb.NotifyClientTerminationResponse(status=ok())
+
+    # ------------------------------------------------------------------ send
+    async def SendMessage(self, request: spb.SendMessageRequest, context: grpc.aio.ServicerContext
+                          ) -> spb.SendMessageResponse:
+        return await self._unary("SendMessage", request, context, spb.SendMessageResponse, self._send)
+
+    async def _send(self, request: spb.SendMessageRequest, client_id: str,
+                    context: grpc.aio.ServicerContext) -> spb.SendMessageResponse:
+        return await self.broker.sender.send(list(request.messages))
+
+    # ------------------------------------------------------------- telemetry
+    async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[spb.TelemetryCommand]:
+        try:
+            client_id = client_id_of(context)
+            if self.forwarder.is_leader():
+                stream = self.broker.clients.telemetry(client_id, request_iterator)
+            else:
+                stream = self.forwarder.bidi_stream("Telemetry", request_iterator, context)
+            async for command in stream:
+                yield command
+        except Exception as error:  # noqa: BLE001 - the stream ends with a status the client reads
+            yield spb.TelemetryCommand(status=status_of(error))
