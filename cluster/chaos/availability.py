@@ -9,8 +9,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from cluster.chaos.history import FaultWindow, History, Operation, Outcome
-from cluster.chaos.nemesis import PROBE_PREFIX
+from cluster.chaos.history import PROBE_PREFIX, FaultWindow, History, Operation, Outcome
 
 
 @dataclass(frozen=True)

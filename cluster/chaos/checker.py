@@ -25,8 +25,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from cluster.chaos.history import History, Operation, Outcome
-from cluster.chaos.nemesis import PROBE_PREFIX
+from cluster.chaos.history import PROBE_PREFIX, History, Operation, Outcome
 from cluster.chaos.schedule import ISOLATE_LEADER
 from cluster.chaos.workload import id_of
 from dledger.entry import MAGIC_NORMAL
@@ -70,7 +69,9 @@ class CheckResult:
     diverged: list[Divergence] = field(default_factory=list)
     order_violations: list[OrderViolation] = field(default_factory=list)
     stale_leader_acks: list[int] = field(default_factory=list)  # op numbers
-    unknown_present: int = 0     # unknown outcomes that did land (information, not a failure)
+    # Entries of the workload's unknown appends that did land (information,
+    # not a failure; the isolated-leader probes are left out).
+    unknown_present: int = 0
     committed_entries: int = 0
 
     @property
@@ -170,7 +171,8 @@ def check_operations(operations: list[Operation], where: dict[str, list[int]], r
                     result.misplaced.append(op_id)
             elif op.outcome is Outcome.FAIL and found:
                 result.failed_present.append(op_id)
-            elif op.outcome in (Outcome.UNKNOWN, Outcome.PENDING) and found:
+            elif op.outcome in (Outcome.UNKNOWN, Outcome.PENDING) and found \
+                    and not op.client.startswith(PROBE_PREFIX):
                 result.unknown_present += 1
     for op_id, indexes in where.items():
         if len(indexes) > 1:

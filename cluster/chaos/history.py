@@ -24,6 +24,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+# The client name of the operations the nemesis sends straight to an isolated
+# leader (`probe-<node>`): they test that node, not the cluster's availability.
+PROBE_PREFIX = "probe-"
+
+
 class Outcome(str, Enum):
     PENDING = "pending"   # invoked, no completion yet
     OK = "ok"

@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 
 import grpc
 
-from cluster.chaos.history import FaultWindow, History
+from cluster.chaos.history import PROBE_PREFIX, FaultWindow, History
 from cluster.chaos.network import FaultNetwork, pairs_between
 from cluster.chaos.schedule import (COMBO, CRASH_WRITE, DELAY, ISOLATE_LEADER, KILL_LEADER, KILL_RANDOM,
                                     ONE_WAY, PAUSE_LEADER, SPLIT, PlannedFault)
@@ -34,7 +34,6 @@ from rpcgen import dledger_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-PROBE_PREFIX = "probe-"
 PROBE_INTERVAL_S = 0.1
 PROBE_TIMEOUT_S = 3.0
 # How long to look for a leader before a "leader" fault picks a node at random.

@@ -10,8 +10,7 @@ matplotlib.use("Agg")  # files only: no display on a server or in CI
 
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from cluster.chaos.history import History, Outcome  # noqa: E402
-from cluster.chaos.nemesis import PROBE_PREFIX  # noqa: E402
+from cluster.chaos.history import PROBE_PREFIX, History, Operation, Outcome  # noqa: E402
 
 BUCKET_S = 0.5
 KIND_COLOURS = {
@@ -37,7 +36,7 @@ def plot_timeline(history: History, path: Path, title: str) -> None:
     plt.close(figure)
 
 
-def _throughput(axis: plt.Axes, ops: list, end: float) -> None:
+def _throughput(axis: plt.Axes, ops: list[Operation], end: float) -> None:
     buckets = int(end / BUCKET_S) + 1
     acked = [0.0] * buckets
     failed = [0.0] * buckets
@@ -58,7 +57,7 @@ def _throughput(axis: plt.Axes, ops: list, end: float) -> None:
     axis.legend(loc="upper right", fontsize="small")
 
 
-def _latency(axis: plt.Axes, ops: list) -> None:
+def _latency(axis: plt.Axes, ops: list[Operation]) -> None:
     for outcome, colour, marker in ((Outcome.OK, "tab:green", "."), (Outcome.FAIL, "tab:red", "x"),
                                     (Outcome.UNKNOWN, "black", "x")):
         chosen = [op for op in ops if op.outcome is outcome and op.complete_s is not None]

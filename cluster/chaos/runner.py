@@ -29,8 +29,8 @@ from typing import Any
 
 from cluster.chaos.availability import longest_gap, recoveries, recovery_by_kind, recovery_stats
 from cluster.chaos.checker import CheckResult, LogEntry, check
-from cluster.chaos.history import History, Outcome
-from cluster.chaos.nemesis import PROBE_PREFIX, Nemesis
+from cluster.chaos.history import PROBE_PREFIX, History, Outcome
+from cluster.chaos.nemesis import Nemesis
 from cluster.chaos.network import FaultNetwork
 from cluster.chaos.plot import plot_timeline
 from cluster.chaos.schedule import ALL_KINDS, CRASH_WRITE, KILL_LEADER, ScheduleConfig, plan_schedule

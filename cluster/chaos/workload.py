@@ -65,8 +65,9 @@ class Workload(Protocol):
     def set_heavy(self, heavy: bool) -> None:
         """Switch to (or from) writing as fast and as much as possible."""
 
-    async def barrier(self) -> int:
-        """One acknowledged operation after the faults are healed; its index."""
+    async def barrier(self, deadline_s: float) -> int:
+        """One acknowledged operation after the faults are healed; its index
+        (TimeoutError when none is acknowledged within `deadline_s`)."""
 
 
 @dataclass(frozen=True)
