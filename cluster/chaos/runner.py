@@ -41,6 +41,11 @@ from dledger.errors import DLedgerError
 
 log = logging.getLogger(__name__)
 
+# Small segments: a run writes megabytes, not gigabytes, and DLedger's 1 GiB
+# preallocated data files (3 GiB per run) fill a shared disk; rolling segments
+# also puts segment ends under the crashes. Flags given later override these.
+STORAGE_ARGS = ("--data-file-size", str(16 << 20), "--index-file-size", str(1 << 20))
+
 
 @dataclass(frozen=True)
 class ChaosOptions:
@@ -78,7 +83,7 @@ async def run_chaos(options: ChaosOptions) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     data_dir = out / "data"
     shutil.rmtree(data_dir, ignore_errors=True)
-    cluster = ProcessCluster(data_dir, options.nodes, list(options.node_args), log_dir=out / "nodes")
+    cluster = ProcessCluster(data_dir, options.nodes, [*STORAGE_ARGS, *options.node_args], log_dir=out / "nodes")
     network = FaultNetwork(cluster.addresses)
     await network.start()
     cluster.routes = network.routes()
