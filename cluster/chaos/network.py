@@ -72,6 +72,11 @@ class FaultNetwork:
     def dropped_pairs(self) -> list[tuple[str, str]]:
         return sorted(self._drops)
 
+    def traffic(self) -> dict[str, int]:
+        """Peer bytes carried and dropped so far, over every link."""
+        return {"forwarded_bytes": sum(link.forwarded_bytes for link in self.links.values()),
+                "dropped_bytes": sum(link.dropped_bytes for link in self.links.values())}
+
     # ------------------------------------------------- derived link states
     def _apply(self, sender: str, receiver: str) -> None:
         """Recompute the two links a message from sender to receiver uses."""

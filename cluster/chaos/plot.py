@@ -54,7 +54,7 @@ def _throughput(axis: plt.Axes, ops: list[Operation], end: float) -> None:
     # Heavy bursts run at a hundred times the normal rate: keep both readable.
     axis.set_yscale("symlog", linthresh=10)
     axis.set_ylabel("per second")
-    axis.legend(loc="upper right", fontsize="small")
+    axis.legend(loc="lower right", fontsize="small")  # the fault labels hang from the top
 
 
 def _latency(axis: plt.Axes, ops: list[Operation]) -> None:

@@ -72,6 +72,7 @@ class RunState:
     unconverged: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
     logs: dict[str, list[LogEntry]] = field(default_factory=dict)
+    traffic: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
 
 
@@ -92,6 +93,7 @@ async def run_chaos(options: ChaosOptions) -> dict[str, Any]:
         cluster.start()
         await _run(options, cluster, network, state)
     finally:
+        state.traffic = network.traffic()
         # The committed logs have been read: no need for a graceful stop
         # (which waits for gRPC's grace period).
         cluster.kill_all()
@@ -214,6 +216,7 @@ def build_summary(options: ChaosOptions, state: RunState, result: CheckResult | 
         "max_unavailability_s": round(gap.seconds, 3),
         "max_unavailability_window_s": [round(gap.from_s, 3), round(gap.to_s, 3)],
         "faults_injected": len(per_fault),
+        "peer_traffic": state.traffic,
         "recovery": recovery_stats(per_fault),
         # A leader SIGKILLed on its own: the time until a client's append is
         # acknowledged again.

@@ -209,5 +209,5 @@ def make_workload(name: str, servers: list[str], history: History,
         return LogWorkload(servers, history, config)
     if name == "broker":
         raise WorkloadUnavailable("the broker workload (sends and consumes through the RocketMQ 5 API) "
-                                  "is not available yet: the broker does not exist yet")
+                                  "is not available yet: it needs the broker's ReceiveMessage and AckMessage")
     raise WorkloadUnavailable(f"unknown workload {name!r}; expected one of {', '.join(WORKLOADS)}")

@@ -39,6 +39,8 @@ async def test_short_run_passes_every_check(kind: str, tmp_path: Path):
     summary = await short_run(kind, tmp_path, seed=5)
     assert {f["kind"] for f in summary["per_fault"]} == {kind}
     assert summary["acked"] > 50
+    if kind in (SPLIT, ONE_WAY):
+        assert summary["peer_traffic"]["dropped_bytes"] > 0   # the partition hit live peer traffic
 
 
 async def test_crash_in_the_middle_of_heavy_appends_loses_nothing(tmp_path: Path):
@@ -51,6 +53,7 @@ async def test_isolated_leader_acknowledges_nothing(tmp_path: Path):
     summary = await short_run(ISOLATE_LEADER, tmp_path, seed=5)
     assert summary["probe_ops"] >= 5          # the old leader really was asked
     assert summary["stale_leader_acks"] == 0
+    assert summary["peer_traffic"]["dropped_bytes"] > 0
 
 
 async def test_paused_leader_is_replaced_before_it_resumes(tmp_path: Path):
