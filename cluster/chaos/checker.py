@@ -29,6 +29,8 @@ from cluster.chaos.history import PROBE_PREFIX, History, Operation, Outcome
 from cluster.chaos.schedule import ISOLATE_LEADER
 from cluster.chaos.workload import id_of
 from dledger.entry import MAGIC_NORMAL
+from store.errors import MessageDecodeError
+from store.system_entry import decode_system_entry
 
 # How many examples of each violation a summary shows.
 EXAMPLES = 5
@@ -73,6 +75,10 @@ class CheckResult:
     # not a failure; the isolated-leader probes are left out).
     unknown_present: int = 0
     committed_entries: int = 0
+    # Entries the nodes wrote themselves through the log (the store's
+    # metadata snapshots when a leader takes over): no client sent them, and
+    # none is expected to.
+    system_entries: int = 0
 
     @property
     def valid(self) -> bool:
@@ -150,11 +156,23 @@ def locate_ids(reference: list[LogEntry], decode: Callable[[bytes], str | None],
         if entry.magic != MAGIC_NORMAL:
             continue
         op_id = decode(entry.body)
-        if op_id is None:
+        if op_id is None and is_store_system_entry(entry.body):
+            result.system_entries += 1
+        elif op_id is None:
             result.unexpected.append(entry.index)
         else:
             where[op_id].append(entry.index)
     return where
+
+
+def is_store_system_entry(body: bytes) -> bool:
+    """A metadata entry of the node's message store (store/system_entry.py),
+    which a node appends on its own."""
+    try:
+        decode_system_entry(body)
+    except MessageDecodeError:
+        return False
+    return True
 
 
 def check_operations(operations: list[Operation], where: dict[str, list[int]], result: CheckResult) -> None:

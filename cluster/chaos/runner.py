@@ -201,6 +201,7 @@ def build_summary(options: ChaosOptions, state: RunState, result: CheckResult | 
         "acked_entries": sum(len(op.ids) for op in ops if op.outcome is Outcome.OK),
         "unknown_landed": result.unknown_present if result else None,
         "committed_entries": result.committed_entries if result else None,
+        "node_system_entries": result.system_entries if result else None,
         "probe_ops": len(probes),
         "lost": counts.get("lost"),
         "duplicated": counts.get("duplicated"),

@@ -11,6 +11,7 @@ from cluster.chaos.history import FaultWindow, History, Operation, Outcome, load
 from cluster.chaos.schedule import ISOLATE_LEADER
 from cluster.chaos.workload import body_for
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL, MAGIC_PRODUCER_MARK
+from store.system_entry import SystemKind, encode_system_entry
 
 
 def op(number: int, ids: list[str], invoke: float, complete: float | None, outcome: Outcome,
@@ -174,6 +175,14 @@ def test_entry_no_client_sent_is_unexpected():
     result = check(clean_history(), three_copies(build_log(items)))
     assert result.unexpected == [8, 9]
     assert not result.valid
+
+
+def test_metadata_entries_the_store_writes_itself_are_not_unexpected():
+    snapshot = encode_system_entry(SystemKind.METADATA_SNAPSHOT, {"managers": {}})
+    items = [(e.term, e.body, e.magic) for e in clean_log()] + [(2, snapshot), (2, snapshot[:-1] + b"!")]
+    result = check(clean_history(), three_copies(build_log(items)))
+    assert result.system_entries == 1
+    assert result.unexpected == [9]   # a damaged one is not the store's
 
 
 def test_append_that_was_refused_must_not_be_in_the_log():
