@@ -13,6 +13,7 @@ they print (issue 2), so both stay exactly as documented:
     dledger leader transfer --servers ... --to ID
     dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...] [--seed N]
                   [--workload log|broker] [--out DIR] --json
+    dledger replay (--data-dir DIR | --servers ...) --out DIR [--json] [--master URL]
 
 Exit codes: 0 success, 1 a failure (message on stderr), 2 a usage error.
 """
@@ -186,6 +187,15 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return run_chaos(args)
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    # Imported here: Spark is an optional extra and slow to import.
+    try:
+        from spark.replay_command import run_command
+    except ImportError as error:
+        return fail("replay", f"{error}; install the Spark extra: pip install 'pydledger[spark]'")
+    return run_command(args)
+
+
 def fail(command: str, message: str, code: int = 1) -> int:
     print(f"dledger {command}: error: {message}", file=sys.stderr, flush=True)
     return code
@@ -293,7 +303,20 @@ def build_parser() -> argparse.ArgumentParser:
                                             "from a seeded schedule, and check the committed logs.")
     add_chaos_arguments(chaos)
     chaos.set_defaults(run=cmd_chaos)
+
+    replay = commands.add_parser("replay", help="replay the committed log with Spark and check the broker's queues")
+    _add_replay_arguments(replay)
+    replay.set_defaults(run=cmd_replay)
     return parser
+
+
+def _add_replay_arguments(parser: argparse.ArgumentParser) -> None:
+    try:
+        from spark.replay_command import add_arguments
+    except ImportError:  # without the Spark extra the command still parses, then explains
+        parser.add_argument("rest", nargs=argparse.REMAINDER)
+        return
+    add_arguments(parser)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -303,7 +326,7 @@ def run(argv: list[str] | None = None) -> int:
         parser.error("append: --count needs --size")
     if args.run is cmd_bench_append and args.duration <= 0:
         parser.error("bench append: --duration must be positive")
-    if args.run in (cmd_node, cmd_cluster_up, cmd_chaos):
+    if args.run in (cmd_node, cmd_cluster_up, cmd_chaos, cmd_replay):
         return args.run(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
