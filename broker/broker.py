@@ -7,6 +7,7 @@ import logging
 from broker import validation
 from broker.clients import ClientRegistry
 from broker.config import BrokerConfig
+from broker.consumer import ConsumerService
 from broker.errors import BrokerError
 from broker.forwarding import LeaderForwarder
 from broker.send import SendService
@@ -28,11 +29,14 @@ class Broker:
         self.sender = SendService(config, store, self.topics)
         self.clients = ClientRegistry(config)
         self.forwarder = LeaderForwarder(server, config)
+        self.consumer = ConsumerService(store, self.topics, self.clients, self.ensure_group)
 
     async def start(self) -> None:
+        await self.consumer.start()
         log.info("broker %s serving, endpoints %s", self.config.broker_name, ",".join(self.config.endpoints))
 
     async def stop(self) -> None:
+        await self.consumer.stop()
         await self.forwarder.close()
 
     async def ensure_group(self, group: str) -> SubscriptionGroupConfig:
