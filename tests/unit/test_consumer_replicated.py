@@ -22,7 +22,7 @@ from store.config import MessageStoreConfig
 from store.message_store import MessageStore
 from store.socket_address import SocketAddress
 from tests.unit.raft_harness import Cluster
-from tests.unit.store_harness import SMALL_STORE, StoreCluster, message
+from tests.unit.store_harness import StoreCluster, message
 
 pytestmark = pytest.mark.timeout(60)
 TOPIC, GROUP = "Orders", "Billing"
@@ -163,5 +163,3 @@ async def test_an_unknown_group_is_refused_when_groups_are_not_auto_created(tmp_
     finally:
         await cluster.stop()
 
-
-__all__ = ["SMALL_STORE"]

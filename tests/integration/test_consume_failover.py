@@ -1,0 +1,134 @@
+"""Consumption through a leader failover: producers and consumers keep going
+while the leader is SIGKILLed. Every message whose send was acknowledged is
+received and acked; a message whose ack was answered OK is never delivered
+again; messages delivered more than once (an answer lost in the failover:
+at-least-once) are counted and printed."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+
+import grpc
+import pytest
+
+from cluster.process_cluster import ProcessCluster, find_leader
+from dledger.client import DLedgerClient
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
+from tests.integration.consume_helpers import METADATA, message, receive_request
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+TOPIC, GROUP = "Failover", "FailoverGroup"
+MESSAGES, SEND_BATCH, CONSUMERS = 2000, 20, 4
+KILL_AFTER_ACKED = 600
+
+
+class Ledger:
+    """What the clients saw."""
+
+    def __init__(self) -> None:
+        self.sent: set[str] = set()
+        self.deliveries: Counter[str] = Counter()
+        self.acked_at: dict[str, float] = {}       # message id -> when its ack was answered OK
+        self.redelivered_after_ack: list[str] = []
+        self.failed_calls = 0
+
+
+async def producer(stubs: list[service_pb2_grpc.MessagingServiceStub], ledger: Ledger) -> None:
+    turn = 0
+    while len(ledger.sent) < MESSAGES:
+        batch = [message(TOPIC, b"%d" % i) for i in range(SEND_BATCH)]
+        stub = stubs[turn % len(stubs)]
+        while True:   # a retry keeps the message ids: the broker answers a repeat with the original receipt
+            try:
+                answer = await stub.SendMessage(spb.SendMessageRequest(messages=batch), metadata=METADATA, timeout=5)
+                if answer.status.code == pb.OK:
+                    ledger.sent.update(e.message_id for e in answer.entries)
+                    break
+            except grpc.aio.AioRpcError:
+                pass
+            ledger.failed_calls += 1
+            turn += 1
+            stub = stubs[turn % len(stubs)]
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.005)
+
+
+async def consumer(index: int, stubs: list[service_pb2_grpc.MessagingServiceStub], ledger: Ledger,
+                   done: asyncio.Event) -> None:
+    turn = index
+    while not done.is_set():
+        stub = stubs[turn % len(stubs)]
+        try:
+            request = receive_request(GROUP, TOPIC, batch=16, invisible=10, polling=5, queue=index)
+            got = [r.message async for r in stub.ReceiveMessage(request, metadata=METADATA, timeout=12)
+                   if r.HasField("message")]
+            for m in got:
+                message_id = m.system_properties.message_id
+                ledger.deliveries[message_id] += 1
+                if message_id in ledger.acked_at:
+                    ledger.redelivered_after_ack.append(message_id)
+            if not got:
+                continue
+            answer = await stub.AckMessage(spb.AckMessageRequest(
+                group=pb.Resource(name=GROUP), topic=pb.Resource(name=TOPIC),
+                entries=[spb.AckMessageEntry(message_id=m.system_properties.message_id,
+                                             receipt_handle=m.system_properties.receipt_handle) for m in got]),
+                metadata=METADATA, timeout=5)
+            now = time.monotonic()
+            for entry in answer.entries:
+                if entry.status.code == pb.OK:
+                    ledger.acked_at.setdefault(entry.message_id, now)
+            if answer.status.code not in (pb.OK, pb.MULTIPLE_RESULTS):
+                ledger.failed_calls += 1
+        except grpc.aio.AioRpcError:
+            ledger.failed_calls += 1
+            turn += 1              # that node is gone: the next one forwards to the new leader
+            await asyncio.sleep(0.1)
+
+
+async def test_consumers_lose_no_message_and_get_no_acked_message_again_across_a_leader_kill(tmp_path):
+    cluster = ProcessCluster(tmp_path)
+    cluster.start()
+    channels: list[grpc.aio.Channel] = []
+    try:
+        addresses = list(cluster.addresses.values())
+        client = DLedgerClient(addresses)
+        leader = await find_leader(client, addresses)
+        await client.close()
+        channels = [grpc.aio.insecure_channel(a) for a in addresses]
+        stubs = [service_pb2_grpc.MessagingServiceStub(c) for c in channels]
+        ledger, done = Ledger(), asyncio.Event()
+        sending = asyncio.ensure_future(producer(stubs, ledger))
+        while not ledger.sent:
+            await asyncio.sleep(0.05)
+        consuming = [asyncio.ensure_future(consumer(i, stubs, ledger, done)) for i in range(CONSUMERS)]
+        while len(ledger.acked_at) < KILL_AFTER_ACKED:
+            await asyncio.sleep(0.02)
+            assert not sending.done() or sending.exception() is None
+        killed_at = time.monotonic()
+        cluster.kill(leader)
+        await asyncio.wait_for(sending, 60)
+        deadline = time.monotonic() + 60
+        while not ledger.sent <= ledger.acked_at.keys() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        done.set()
+        await asyncio.gather(*consuming)
+        lost = ledger.sent - ledger.acked_at.keys()
+        duplicates = {m: n for m, n in ledger.deliveries.items() if n > 1}
+        report = {"sent": len(ledger.sent), "acked": len(ledger.acked_at), "deliveries": sum(ledger.deliveries.values()),
+                  "delivered_more_than_once": len(duplicates), "extra_deliveries": sum(n - 1 for n in duplicates.values()),
+                  "redelivered_after_ok_ack": len(ledger.redelivered_after_ack), "failed_calls": ledger.failed_calls,
+                  "all_acked_s_after_kill": round(max(ledger.acked_at.values()) - killed_at, 2)}
+        print("FAILOVER", json.dumps(report))
+        assert not lost, f"{len(lost)} acknowledged messages never consumed: {sorted(lost)[:5]}"
+        assert ledger.redelivered_after_ack == [], report
+        assert report["failed_calls"] > 0, "the kill went unnoticed: the test proved nothing"
+    finally:
+        for channel in channels:
+            await channel.close()
+        cluster.stop_all()
+
