@@ -26,6 +26,8 @@ from tests.unit.store_harness import StoreCluster, message
 
 pytestmark = pytest.mark.timeout(60)
 TOPIC, GROUP = "Orders", "Billing"
+CALM = dict(heartbeat_interval_s=0.1, election_timeout_min_s=0.8, election_timeout_max_s=1.6, rpc_timeout_s=1.0,
+            push_timeout_s=1.0, follower_gap_timeout_s=1.0, max_wait_ack_s=5.0)
 
 
 class BrokerCluster(StoreCluster):
@@ -33,7 +35,9 @@ class BrokerCluster(StoreCluster):
     starts (as cluster/node.py does) so that the pop state is replayed."""
 
     def __init__(self, base_dir: str, auto_create_group: bool = True) -> None:
-        super().__init__(base_dir)
+        # Calmer than the Raft tests' timings: these tests are about the
+        # consumer, and must not see elections on a busy machine.
+        super().__init__(base_dir, **CALM)
         self.auto_create_group = auto_create_group
         self.brokers: dict[str, Broker] = {}
 
@@ -111,19 +115,19 @@ async def test_every_replica_derives_the_same_pop_state(cluster: BrokerCluster):
 async def test_a_new_leader_honours_the_old_leaders_leases_and_acks(cluster: BrokerCluster):
     old = await cluster.wait_leader()
     consumer = cluster.brokers[old].consumer
-    got = await consumer.receiver.receive(params(batch=10, invisible_s=1.0))
+    got = await consumer.receiver.receive(params(batch=10, invisible_s=4.0))  # outlives the election
     acked, held = got[:5], got[5:]
     assert (await consumer.acks.ack(ack_request(*acked))).status.code == pb.OK
     await cluster.wait_applied()
     await cluster.stop(old)
-    new = await cluster.wait_leader(among=[n for n in cluster.brokers if n != old])
+    new = await cluster.wait_leader(timeout=10, among=[n for n in cluster.brokers if n != old])
     successor = cluster.brokers[new].consumer
     # A handle the old leader gave out still works with the new one.
     assert (await successor.acks.ack(ack_request(held[0]))).status.code == pb.OK
     # The rest come back once their lease runs out; nothing acked comes back.
     again: list[pb.Message] = []
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
+    deadline = loop.time() + 15
     while sum(m.system_properties.delivery_attempt > 1 for m in again) < 4 and loop.time() < deadline:
         again += await successor.receiver.receive(params(batch=40, invisible_s=30.0, polling_s=2.0))
     redelivered = sorted(m.system_properties.message_id for m in again if m.system_properties.delivery_attempt > 1)
