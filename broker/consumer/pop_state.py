@@ -42,6 +42,7 @@ op, so applying never reads a clock.
 from __future__ import annotations
 
 import heapq
+import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -389,6 +390,16 @@ class PopStateManager(ConfigManager):
         return queue
 
     # --------------------------------------------------------------- files
+    def snapshot(self, force: bool = False) -> tuple[bytes, int] | None:
+        """Compact JSON: this file changes with every receive and ack and may
+        list thousands of leases, and only the compact form is encoded in C
+        (an indented dump of a busy pop state costs the event loop tens of ms)."""
+        if self.applied_index == self._persisted_index and not force:
+            return None
+        data = self.encode()
+        data["appliedIndex"] = self.applied_index
+        return json.dumps(data, separators=(",", ":"), sort_keys=True).encode("utf-8"), self.applied_index
+
     def encode(self) -> dict[str, Any]:
         return {"popQueues": [
             {"group": g, "topic": t, "queue": q, "popOffset": queue.pop_offset,

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Callable
 
 from broker.clients import ClientRegistry
+from broker.validation import DEFAULT_LIMITS as LIMITS
 from broker.consumer.config import ConsumerConfig
 from broker.consumer.receive import max_attempts
 from broker.messages import to_duration
@@ -37,6 +38,13 @@ def subscription_settings(groups: SubscriptionGroupManager, config: ConsumerConf
         batch = settings.subscription.receive_batch_size
         settings.subscription.receive_batch_size = min(batch, config.max_batch_size) if batch > 0 \
             else config.max_batch_size
+        # A push consumer polls as long as the broker says (and gives each
+        # receive that plus its request timeout): without it, it would poll
+        # for zero seconds with a deadline too short to be served.
+        asked = settings.subscription.long_polling_timeout.ToTimedelta() \
+            if settings.subscription.HasField("long_polling_timeout") else LIMITS.max_long_polling
+        polling = min(max(asked, LIMITS.min_long_polling), LIMITS.max_long_polling)
+        settings.subscription.long_polling_timeout.CopyFrom(to_duration(polling))
         return settings
     return fill
 

@@ -1,7 +1,8 @@
-"""The official RocketMQ 5 Python client's SimpleConsumer against three node
-processes: it receives what its Producer sent (only the tags it subscribed
-to), changes a message's invisible duration and acks everything; nothing
-acked comes back."""
+"""The official RocketMQ 5 Python client's consumers against three node
+processes: the SimpleConsumer receives what its Producer sent (only the tags
+it subscribed to), changes a message's invisible duration and acks
+everything, and nothing acked comes back; the PushConsumer (server-managed
+leases, attempt ids, QueryAssignment) consumes a topic with its listener."""
 from __future__ import annotations
 
 import asyncio
@@ -83,3 +84,42 @@ def test_the_official_simple_consumer_receives_changes_and_acks(cluster):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("ACKED 01") == 5, done.stdout
     assert "AGAIN 0" in done.stdout, done.stdout
+
+
+def test_the_official_push_consumer_consumes_with_its_listener(cluster):
+    script = textwrap.dedent(f"""
+        import threading, time
+        from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, Message,
+                              MessageListener, Producer, PushConsumer)
+        config = ClientConfiguration({';'.join(cluster.addresses.values())!r}, Credentials())
+        producer = Producer(config, ("OfficialPush",))
+        producer.startup()
+        try:
+            sent = set()
+            for i in range(8):
+                m = Message(); m.topic = "OfficialPush"; m.body = b"push-%d" % i
+                sent.add(producer.send(m).message_id)
+        finally:
+            producer.shutdown()
+        got, lock, done = set(), threading.Lock(), threading.Event()
+
+        class Listener(MessageListener):
+            def consume(self, message):
+                with lock:
+                    got.add(message.message_id)
+                    if got >= sent:
+                        done.set()
+                return ConsumeResult.SUCCESS
+
+        consumer = PushConsumer(config, "OfficialPushGroup", Listener(), {{"OfficialPush": FilterExpression()}})
+        consumer.startup()
+        try:
+            assert done.wait(60), (len(got), len(sent))
+            print("CONSUMED", len(got & sent))
+        finally:
+            consumer.shutdown()
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=150,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "CONSUMED 8" in done.stdout, done.stdout
