@@ -154,6 +154,9 @@ class PopOp:
     unblock: list[int] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)   # blocked offsets whose message retention removed
     attempt_id: str | None = None
+    # Where the group starts on a queue it never popped (the leader decided
+    # with no state for it); the scan must still start there to count.
+    initial: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"op": "pop", "group": self.group, "topic": self.topic, "queue": self.queue_id,
@@ -172,6 +175,8 @@ class PopOp:
             data["dropped"] = self.dropped
         if self.attempt_id is not None:
             data["attemptId"] = self.attempt_id
+        if self.initial is not None:
+            data["initial"] = self.initial
         return data
 
     @classmethod
@@ -181,7 +186,7 @@ class PopOp:
                    [(int(o), str(g)) for o, g in data.get("blocked", ())],
                    [(int(o), int(l), int(a)) for o, l, a in data.get("redo", ())],
                    [int(o) for o in data.get("unblock", ())], [int(o) for o in data.get("dropped", ())],
-                   data.get("attemptId"))
+                   data.get("attemptId"), int(data["initial"]) if "initial" in data else None)
 
     @property
     def scans(self) -> bool:
@@ -348,7 +353,9 @@ class PopStateManager(ConfigManager):
         key = (op.group, op.topic, op.queue_id)
         queue = self.queues.get(key)
         if queue is None:
-            queue = self._set_queue(key, PopQueue(op.start))
+            # Not op.start: a receive that followed one whose entry was lost
+            # starts where that one ended, and must not skip its messages.
+            queue = self._set_queue(key, PopQueue(op.start if op.initial is None else op.initial))
         granted: list[tuple[int, int]] = []
         if op.scans and queue.pop_offset == op.start:
             queue.pop_offset = op.end

@@ -177,8 +177,11 @@ class ReceiveService:
         for selection in selections:
             op = selection.op
             key = (op.group, op.topic, op.queue_id)
-            claim = (key, op.end if op.scans else None, [d.offset for d in selection.deliveries],
-                     [] if op.new_groups is None else [message_group_of(d.message) for d in selection.deliveries])
+            # FIFO: the message groups this receive delivers or holds back are
+            # held for concurrent receives until its entry is applied.
+            groups = [] if op.new_groups is None else \
+                [message_group_of(d.message) for d in selection.deliveries] + [g for _, g in op.blocked]
+            claim = (key, op.end if op.scans else None, [d.offset for d in selection.deliveries], groups)
             self.claims.hold(*claim)
             held.append(claim)
         try:

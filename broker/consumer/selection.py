@@ -94,7 +94,8 @@ def select(request: Request, queue: PopQueue | None, start_offset: int, claims: 
     claims = claims or QueueClaims()
     start = claims.frontier if claims.frontier is not None else (queue.pop_offset if queue else start_offset)
     op = PopOp(request.group, request.topic, request.queue_id, request.deadline_ms, start, start,
-               new_groups=[] if request.fifo else None, attempt_id=request.attempt_id)
+               new_groups=[] if request.fifo else None, attempt_id=request.attempt_id,
+               initial=start_offset if queue is None else None)
     selection = Selection(op, [])
     if request.fifo:
         _select_fifo(request, queue, claims, source, selection)

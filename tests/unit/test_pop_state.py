@@ -164,6 +164,18 @@ def test_claims_keep_a_concurrent_receive_off_the_messages_of_one_in_flight(stat
     assert claims.get((G, T, 0)) is None  # nothing pending: the applied frontier rules again
 
 
+def test_a_receive_that_followed_a_lost_first_receive_does_not_skip_its_messages(state):
+    source = messages(10)
+    claims = ClaimTable()
+    lost = select(request(), None, 0, None, source)        # the group's first receive: its entry is lost
+    claims.hold((G, T, 0), lost.op.end, [d.offset for d in lost.deliveries], [])
+    follower = select(request(), None, 0, claims.get((G, T, 0)), source)
+    apply(state, 10, follower.op)
+    queue = state.queue(G, T, 0)
+    assert (queue.pop_offset, queue.in_flight) == (0, {})
+    assert pop(state, 11, source) == [0, 1, 2, 3]
+
+
 def test_after_a_failed_append_the_next_receive_starts_at_the_applied_frontier(state):
     source = messages(10)
     claims = ClaimTable()
