@@ -76,7 +76,7 @@ async def consume(addresses: list[str], topic: str, group: str, loops: int, batc
     receive_ms: list[float] = []
     ack_ms: list[float] = []
     seen: set[str] = set()
-    counts = {"received": 0, "acked": 0, "redelivered": 0, "last_ack": 0.0}
+    counts = {"received": 0, "acked": 0, "redelivered": 0, "errors": 0, "last_ack": 0.0}
 
     async def loop(index: int) -> None:
         stub = stubs[0]
@@ -87,9 +87,14 @@ async def consume(addresses: list[str], topic: str, group: str, loops: int, batc
                 filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"), batch_size=batch,
                 invisible_duration=Duration(seconds=60), long_polling_timeout=Duration(seconds=5))
             started = time.monotonic()
-            messages = [r.message async for r in stub.ReceiveMessage(request, metadata=metadata, timeout=15)
-                        if r.HasField("message")]
+            responses = [r async for r in stub.ReceiveMessage(request, metadata=metadata, timeout=15)]
             receive_ms.append((time.monotonic() - started) * 1000)
+            messages = [r.message for r in responses if r.HasField("message")]
+            status = next(r.status for r in responses if r.HasField("status"))
+            if status.code != pb.OK:
+                counts["errors"] += 1     # e.g. a leader change: try again
+                await asyncio.sleep(0.1)
+                continue
             if not messages:
                 return
             counts["received"] += len(messages)
@@ -172,7 +177,8 @@ async def run(args: argparse.Namespace, addresses: list[str]) -> dict[str, Any]:
             "receive_p99_ms": percentile([x for p in parts for x in p["receive_ms"]], 0.99),
             "ack_p50_ms": percentile([x for p in parts for x in p["ack_ms"]], 0.5),
             "ack_p99_ms": percentile([x for p in parts for x in p["ack_ms"]], 0.99),
-            "redelivered": sum(p["redelivered"] for p in parts) + len(ids) - len(set(ids))}
+            "redelivered": sum(p["redelivered"] for p in parts) + len(ids) - len(set(ids)),
+            "errors": sum(p["errors"] for p in parts)}
 
 
 def main() -> None:

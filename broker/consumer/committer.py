@@ -98,6 +98,7 @@ class PopCommitter:
             for waiter in batch.waiters:
                 if not waiter.done():
                     waiter.set_exception(error)
+                    waiter.exception()  # retrieved: its caller may have been cancelled meanwhile
         else:
             self.entries += 1
             self.ops += len(batch.ops)
