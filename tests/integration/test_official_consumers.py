@@ -11,10 +11,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+import grpc
 import pytest
 
 from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
+from tests.integration.consume_helpers import METADATA
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -24,19 +29,30 @@ def cluster(tmp_path_factory):
     c = ProcessCluster(tmp_path_factory.mktemp("official-consumer"))
     c.start()
     try:
-        # The client gives up on a route it cannot fetch at start-up: elect first.
-        asyncio.run(elected(list(c.addresses.values())))
+        # The client gives up on a route it cannot fetch within its 3 s request
+        # timeout at start-up: elect first, and create the topics beforehand
+        # (creating one is a write through the log; slow on a busy machine).
+        asyncio.run(prepare(c, ["OfficialPop", "OfficialPush"]))
         yield c
     finally:
         c.stop_all()
 
 
-async def elected(addresses: list[str]) -> None:
+async def prepare(cluster: ProcessCluster, topics: list[str]) -> None:
+    addresses = list(cluster.addresses.values())
     client = DLedgerClient(addresses)
     try:
-        await find_leader(client, addresses)
+        leader = await find_leader(client, addresses)
     finally:
         await client.close()
+    async with grpc.aio.insecure_channel(cluster.addresses[leader]) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        for topic in topics:
+            route = await stub.QueryRoute(spb.QueryRouteRequest(
+                topic=pb.Resource(name=topic),
+                endpoints=pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)])),
+                metadata=METADATA, timeout=30)
+            assert route.status.code == pb.OK, route.status
 
 
 def test_the_official_simple_consumer_receives_changes_and_acks(cluster):
