@@ -134,9 +134,12 @@ async def test_consumers_lose_no_message_and_get_no_acked_message_again_across_a
         while not ledger.sent:
             await asyncio.sleep(0.05)
         consuming = [asyncio.ensure_future(consumer(i, stubs, ledger, done)) for i in range(CONSUMERS)]
+        deadline = time.monotonic() + 60
         while len(ledger.acked_at) < KILL_AFTER_ACKED:
             await asyncio.sleep(0.02)
             assert not sending.done() or sending.exception() is None
+            assert time.monotonic() < deadline, f"consumers stuck before the kill: {len(ledger.acked_at)} acked, " \
+                                                f"{len(ledger.sent)} sent, {ledger.failed_calls} failed calls"
         killed_at = time.monotonic()
         cluster.kill(leader)
         await asyncio.wait_for(sending, 60)
