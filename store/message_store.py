@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -82,6 +83,7 @@ class MessageStore:
         self._tasks: list[asyncio.Task[None]] = []
         self._flush_lock = asyncio.Lock()
         self._persist_lock = asyncio.Lock()
+        self._write_lock = threading.Lock()
         self._extra_handlers: list[SystemEntryHandler] = []
         self._extra_listeners: list[ArrivalListener] = []
         self.started = False
@@ -181,10 +183,18 @@ class MessageStore:
         progress = reput.progress
         applied, timestamp = progress.applied_index, progress.last_store_timestamp
         confirm = self.commit_log.committed_end()
-        await asyncio.to_thread(self._flush_files)
+        await asyncio.to_thread(self._in_order, self._flush_files)
         checkpoint = StoreCheckpoint(timestamp, timestamp, timestamp, confirm, confirm, applied)
-        await asyncio.to_thread(checkpoint.save, self._checkpoint_path)
+        await asyncio.to_thread(self._in_order, checkpoint.save, self._checkpoint_path)
         self.checkpoint = checkpoint
+
+    def _in_order(self, write: Any, *args: Any) -> None:
+        """Run a file write in a worker thread, one at a time. Cancelling the
+        task that awaits it (shutdown cancels the periodic flush) does not stop
+        the thread, so the final flush could otherwise race it on the same
+        temp file."""
+        with self._write_lock:
+            write(*args)
 
     def _flush_files(self) -> None:
         assert self.consume_queues is not None
@@ -197,7 +207,7 @@ class MessageStore:
             for manager in self.managers:
                 snapshot = manager.snapshot(force)
                 if snapshot is not None:
-                    await asyncio.to_thread(manager.write, *snapshot)
+                    await asyncio.to_thread(self._in_order, manager.write, *snapshot)
 
     async def clean_expired(self) -> None:
         """Drop ConsumeQueue files and index files below the log's first entry."""
