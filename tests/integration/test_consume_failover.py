@@ -108,7 +108,7 @@ async def consumed(stubs: list[service_pb2_grpc.MessagingServiceStub]) -> int:
                 answer = await stub.GetOffset(spb.GetOffsetRequest(
                     group=pb.Resource(name=GROUP), message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC),
                                                                                  id=queue)),
-                    metadata=METADATA, timeout=5)
+                    metadata=METADATA, timeout=2)
                 if answer.status.code != pb.OK:
                     raise LookupError(answer.status.message)
                 total += answer.offset
@@ -116,6 +116,14 @@ async def consumed(stubs: list[service_pb2_grpc.MessagingServiceStub]) -> int:
         except (grpc.aio.AioRpcError, LookupError):
             continue
     return -1
+
+
+def log_tails(cluster: ProcessCluster, lines: int = 15) -> str:
+    tails = []
+    for node in cluster.ids:
+        text = (cluster.base / f"{node}.log").read_text(errors="replace").splitlines()
+        tails.append(f"--- {node}\n" + "\n".join(text[-lines:]))
+    return "\n".join(tails)
 
 
 async def test_consumers_lose_no_message_and_get_no_acked_message_again_across_a_leader_kill(tmp_path):
@@ -142,13 +150,18 @@ async def test_consumers_lose_no_message_and_get_no_acked_message_again_across_a
                                                 f"{len(ledger.sent)} sent, {ledger.failed_calls} failed calls"
         killed_at = time.monotonic()
         cluster.kill(leader)
-        await asyncio.wait_for(sending, 60)
+        live = [stub for node, stub in zip(cluster.addresses, stubs) if node != leader]
+        try:
+            await asyncio.wait_for(asyncio.shield(sending), 60)
+        except asyncio.TimeoutError:
+            raise AssertionError(f"producers stuck after the kill: {len(ledger.sent)} sent, "
+                                 f"{ledger.failed_calls} failed calls\n{log_tails(cluster)}") from None
         # Every message delivered, and none left in flight at the broker (an
         # ack whose answer was lost either took effect or its lease runs out
         # and the message comes again).
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (ledger.sent <= ledger.delivered and
-                                                   await consumed(stubs) >= len(ledger.sent)):
+                                                   await consumed(live) >= len(ledger.sent)):
             await asyncio.sleep(0.2)
         done.set()
         await asyncio.gather(*consuming)
@@ -157,11 +170,11 @@ async def test_consumers_lose_no_message_and_get_no_acked_message_again_across_a
         report = {"sent": len(ledger.sent), "acked": len(ledger.acked_at), "deliveries": sum(ledger.deliveries.values()),
                   "delivered_more_than_once": len(duplicates), "extra_deliveries": sum(n - 1 for n in duplicates.values()),
                   "redelivered_after_ok_ack": len(ledger.redelivered_after_ack), "failed_calls": ledger.failed_calls,
-                  "acks_unanswered": ledger.unanswered_acks, "consumed_at_broker": await consumed(stubs),
+                  "acks_unanswered": ledger.unanswered_acks, "consumed_at_broker": await consumed(live),
                   "all_acked_s_after_kill": round(max(ledger.acked_at.values()) - killed_at, 2)}
         print("FAILOVER", json.dumps(report))
-        assert not lost, f"{len(lost)} acknowledged messages never delivered: {sorted(lost)[:5]}"
-        assert report["consumed_at_broker"] == len(ledger.sent), report
+        assert not lost, f"{len(lost)} acknowledged messages never delivered: {sorted(lost)[:5]}\n{log_tails(cluster)}"
+        assert report["consumed_at_broker"] == len(ledger.sent), f"{report}\n{log_tails(cluster)}"
         assert ledger.redelivered_after_ack == [], report
         assert report["failed_calls"] > 0, "the kill went unnoticed: the test proved nothing"
     finally:

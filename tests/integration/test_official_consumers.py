@@ -9,6 +9,7 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import grpc
@@ -48,11 +49,16 @@ async def prepare(cluster: ProcessCluster, topics: list[str]) -> None:
     async with grpc.aio.insecure_channel(cluster.addresses[leader]) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         for topic in topics:
-            route = await stub.QueryRoute(spb.QueryRouteRequest(
-                topic=pb.Resource(name=topic),
-                endpoints=pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)])),
-                metadata=METADATA, timeout=30)
-            assert route.status.code == pb.OK, route.status
+            deadline = time.monotonic() + 30
+            while True:   # a leader just elected answers HA_NOT_AVAILABLE until its first entry commits
+                route = await stub.QueryRoute(spb.QueryRouteRequest(
+                    topic=pb.Resource(name=topic),
+                    endpoints=pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)])),
+                    metadata=METADATA, timeout=30)
+                if route.status.code == pb.OK:
+                    break
+                assert route.status.code == pb.HA_NOT_AVAILABLE and time.monotonic() < deadline, route.status
+                await asyncio.sleep(0.2)
 
 
 def test_the_official_simple_consumer_receives_changes_and_acks(cluster):
