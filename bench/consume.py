@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import shutil
 import statistics
 import tempfile
@@ -146,7 +147,20 @@ def percentile(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
 
 
-async def run(args: argparse.Namespace, addresses: list[str]) -> dict[str, Any]:
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """user + system CPU seconds of each process so far (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            used[name] = (int(fields[11]) + int(fields[12])) / ticks
+        except (OSError, IndexError, ValueError):
+            continue
+    return used
+
+
+async def run(args: argparse.Namespace, addresses: list[str], pids: dict[str, int] | None = None) -> dict[str, Any]:
     leader, leader_address = await leader_of(addresses)
     # Clients talk to the leader (a follower would forward every call: that
     # measures forwarding, see README).
@@ -157,6 +171,7 @@ async def run(args: argparse.Namespace, addresses: list[str]) -> dict[str, Any]:
     results = context.Queue()
     loops = max(1, args.consumers // args.processes)
     start_at = time.time() + 1.5   # let every process import and connect first
+    cpu_before = cpu_seconds(pids or {})
     processes = [context.Process(target=_worker, args=(addresses, topic, group, loops, args.batch, w, start_at,
                                                        results)) for w in range(args.processes)]
     for process in processes:
@@ -164,6 +179,7 @@ async def run(args: argparse.Namespace, addresses: list[str]) -> dict[str, Any]:
     parts = [results.get(timeout=600) for _ in processes]
     for process in processes:
         process.join()
+    cpu_after = cpu_seconds(pids or {})
     seconds = max(p["last_ack"] for p in parts) - start_at
     received = sum(p["received"] for p in parts)
     acked = sum(p["acked"] for p in parts)
@@ -178,7 +194,10 @@ async def run(args: argparse.Namespace, addresses: list[str]) -> dict[str, Any]:
             "ack_p50_ms": percentile([x for p in parts for x in p["ack_ms"]], 0.5),
             "ack_p99_ms": percentile([x for p in parts for x in p["ack_ms"]], 0.99),
             "redelivered": sum(p["redelivered"] for p in parts) + len(ids) - len(set(ids)),
-            "errors": sum(p["errors"] for p in parts)}
+            "errors": sum(p["errors"] for p in parts),
+            # CPU each node spent during the consume phase (own cluster only):
+            # where the time goes on a machine the benchmark shares.
+            "node_cpu_s": {n: round(cpu_after[n] - cpu_before[n], 2) for n in cpu_after if n in cpu_before}}
 
 
 def main() -> None:
@@ -199,7 +218,8 @@ def main() -> None:
     cluster = ProcessCluster(base)
     cluster.start()
     try:
-        print(json.dumps(asyncio.run(run(args, list(cluster.addresses.values())))))
+        pids = {node: proc.pid for node, proc in cluster.procs.items()}
+        print(json.dumps(asyncio.run(run(args, list(cluster.addresses.values()), pids))))
     finally:
         cluster.stop_all()
         if not args.dir:
