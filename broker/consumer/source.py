@@ -33,12 +33,15 @@ class StoreQueueSource:
 
 
 def initial_offset(store: MessageStore, group: str, topic: str, queue_id: int) -> int:
-    """Where `group` starts on a queue it has never popped: its committed
-    offset if it has one (a pull consumer's, or a reset), else the first
-    message while nothing has been deleted from the queue, else the end."""
-    committed = store.offsets.query(group, topic, queue_id)
+    """Where `group` starts on a queue of the store it has never popped."""
+    return start_offset(store.offsets.query(group, topic, queue_id), store.min_offset(topic, queue_id),
+                        store.max_offset(topic, queue_id))
+
+
+def start_offset(committed: int | None, min_offset: int, max_offset: int) -> int:
+    """A group's committed offset if it has one (a pull consumer's, or a
+    reset); else the queue's first message while nothing has been deleted from
+    it (what RocketMQ does in practice for fresh queues), else its end."""
     if committed is not None:
         return committed
-    if store.min_offset(topic, queue_id) == 0:
-        return 0
-    return store.max_offset(topic, queue_id)
+    return 0 if min_offset == 0 else max_offset

@@ -11,6 +11,7 @@ from broker.consumer.committer import ClaimTable
 from broker.consumer.pop_state import AckOp, ChangeOp, PopOp, PopQueue, PopStateManager, ResetOp, ops_payload
 from broker.consumer.receipt import ReceiptHandle
 from broker.consumer.selection import QueueClaims, Request, select
+from broker.consumer.source import start_offset
 from broker.errors import BrokerError
 from broker.filter_expression import MATCH_ALL, parse_filter_expression
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -277,6 +278,15 @@ def test_fifo_claims_hold_the_groups_of_a_receive_in_flight(state):
     second = select(request(fifo=True, batch=8), None, 0, claims, source)
     assert [d.offset for d in second.deliveries] == [3]
     assert second.op.blocked == [(2, "a")]
+
+
+@pytest.mark.parametrize("committed, first, end, start", [
+    (None, 0, 50, 0),      # nothing deleted yet: from the first message
+    (None, 20, 50, 50),    # retention deleted some: from the end
+    (7, 0, 50, 7),         # a committed offset (a pull consumer's, a reset) wins
+])
+def test_a_new_group_starts_at_the_first_message_until_retention_deleted_some(committed, first, end, start):
+    assert start_offset(committed, first, end) == start
 
 
 # ------------------------------------------------------------ receipt handles
