@@ -26,7 +26,7 @@ import os
 import sys
 from typing import Any, Awaitable, Callable
 
-from cluster.config import ConfigError, add_node_arguments, config_from_args
+from cluster.config import ConfigError, add_node_arguments, broker_settings_from_args, config_from_args
 from dledger.client import DLedgerClient, parse_servers
 from dledger.errors import DLedgerError
 
@@ -162,10 +162,11 @@ def cmd_node(args: argparse.Namespace) -> int:
 
     try:
         config = config_from_args(args)
+        broker_settings = broker_settings_from_args(args)
     except ConfigError as error:
         return fail("node", str(error), code=2)
     configure_logging(config.self_id, args.log_level)
-    return asyncio.run(run_node(config, exit_with_parent=args.exit_with_parent))
+    return asyncio.run(run_node(config, exit_with_parent=args.exit_with_parent, broker_settings=broker_settings))
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
