@@ -50,6 +50,18 @@ class SystemEntryHandler(Protocol):
 
 
 @dataclass
+class _UnitBatch:
+    """Consecutive ConsumeQueue units of one queue waiting to be written."""
+    queue: ConsumeQueue
+    first_offset: int
+    units: list[tuple[int, int, int]]
+
+    @property
+    def next_offset(self) -> int:
+        return self.first_offset + len(self.units)
+
+
+@dataclass
 class Progress:
     """Where applying stands: the last applied entry and the store time of the
     last applied message (the checkpoint records both)."""
@@ -69,6 +81,7 @@ class ReputMessageService:
         self.handlers: dict[int, SystemEntryHandler] = {}
         self.listeners: list[ArrivalListener] = []
         self.failure: StoreFailedError | None = None
+        self._units: dict[tuple[str, int], _UnitBatch] = {}
         self._applied_event = asyncio.Event()
         self._ignored_raw = 0
 
@@ -130,14 +143,19 @@ class ReputMessageService:
 
     # --------------------------------------------------------------- dispatch
     def _dispatch_run(self, data: memoryview, count: int) -> None:
-        """Dispatch `count` back-to-back encoded entries."""
+        """Dispatch `count` back-to-back encoded entries. ConsumeQueue units
+        collect per queue and go to their files once per run (one write per
+        queue, not per message)."""
         at = 0
         unpack = HEADER.unpack_from
-        for _ in range(count):
-            magic, size, index, _, pos, _, _, _, body_size = unpack(data, at)
-            if magic == MAGIC_NORMAL and body_size >= 8:
-                self._dispatch(index, pos, data[at + HEADER_SIZE:at + size])
-            at += size
+        try:
+            for _ in range(count):
+                magic, size, index, _, pos, _, _, _, body_size = unpack(data, at)
+                if magic == MAGIC_NORMAL and body_size >= 8:
+                    self._dispatch(index, pos, data[at + HEADER_SIZE:at + size])
+                at += size
+        finally:
+            self._write_units()
 
     def _dispatch(self, index: int, pos: int, body: memoryview) -> None:
         magic = codec.peek_magic(body)
@@ -145,6 +163,7 @@ class ReputMessageService:
             if magic in codec.MESSAGE_MAGIC_CODES:
                 self._dispatch_message(index, pos, body)
             elif magic == SYSTEM_MAGIC_CODE:
+                self._write_units()  # a handler sees the queues as of this entry
                 self._dispatch_system(index, body)
             else:
                 self._note_raw(index)
@@ -168,6 +187,19 @@ class ReputMessageService:
             listener(request, index)
 
     def _put_unit(self, index: int, request: DispatchRequest) -> None:
+        unit = (request.physical_offset, request.msg_size, request.tags_code)
+        batch = self._units.get((request.topic, request.queue_id))
+        if batch is not None:
+            if request.queue_offset == batch.next_offset:
+                batch.units.append(unit)
+                return
+            self._write_units()  # not the next offset: the queue's own checks decide
+        queue = self._queue_for(index, request)
+        self._units[(request.topic, request.queue_id)] = _UnitBatch(queue, request.queue_offset, [unit])
+
+    def _queue_for(self, index: int, request: DispatchRequest) -> ConsumeQueue:
+        """The queue a unit at request.queue_offset goes to, checked (or
+        restarted, for a log that begins mid-queue)."""
         queue = self.consume_queues.find_or_create(request.topic, request.queue_id)
         if request.queue_offset > queue.max_offset and self._starts_afresh(queue):
             # This replica's log begins after the queue's earlier messages
@@ -181,9 +213,17 @@ class ReputMessageService:
         if request.queue_offset > queue.max_offset:
             raise StoreFailedError(f"entry {index}: {request.topic}/{request.queue_id} offset "
                                    f"{request.queue_offset} would leave a gap after {queue.max_offset - 1}")
-        # At max_offset it appends; below, a replay after a restart must find
-        # exactly this unit there (ConsumeQueueError otherwise).
-        queue.put(request.queue_offset, request.physical_offset, request.msg_size, request.tags_code)
+        return queue
+
+    def _write_units(self) -> None:
+        """Write the collected units: at max_offset they append; below it, a
+        replay after a restart must find exactly them there."""
+        batches, self._units = self._units, {}
+        for (topic, queue_id), batch in batches.items():
+            try:
+                batch.queue.put_batch(batch.first_offset, batch.units)
+            except StoreError as error:
+                raise StoreFailedError(f"{topic}/{queue_id} at offset {batch.first_offset}: {error}") from error
 
     def _starts_afresh(self, queue: ConsumeQueue) -> bool:
         last = queue.last_unit()

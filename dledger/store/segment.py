@@ -7,6 +7,7 @@ segment's life. Unwritten space reads as zeros, which is how a scan finds the en
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import threading
 
@@ -97,6 +98,11 @@ class Segment:
                 return False
             os.fdatasync(self._fd)
             return True
+
+    def map(self) -> mmap.mmap:
+        """The whole file memory-mapped for reads and writes (shared: writes
+        land in the page cache like pwrite's, and sync() makes them durable)."""
+        return mmap.mmap(self._fd, self.size)
 
     def mtime(self) -> float:
         return os.fstat(self._fd).st_mtime
