@@ -9,6 +9,7 @@ user properties.
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import zlib
 from datetime import timedelta
@@ -54,6 +55,8 @@ def to_duration(delta: timedelta) -> Duration:
     return result
 
 
+# A producer sends its host with every message: parse each text once.
+@functools.lru_cache(maxsize=4096)
 def _born_host(text: str) -> SocketAddress:
     host = text.rsplit(":", 1)[0] if text.count(":") == 1 else text
     try:

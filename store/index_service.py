@@ -110,6 +110,9 @@ class IndexService:
             raise ValueError(f"commit log offset {phys_offset!r} must be a positive int64")
         if not isinstance(store_timestamp, int) or not 0 <= store_timestamp <= _INT64_MAX:
             raise ValueError(f"store timestamp {store_timestamp!r} must be a non-negative int64 (ms)")
+        self._put(key, phys_offset, store_timestamp)
+
+    def _put(self, key: str, phys_offset: int, store_timestamp: int) -> None:
         index_file = self._writable_file()
         if not index_file.put_key(index_key_hash(key), phys_offset, store_timestamp):
             raise CorruptFileError(f"{index_file.path}: refused an item although it is not full")
@@ -129,8 +132,12 @@ class IndexService:
         index_keys = [uniq_key] if uniq_key else []
         if keys:
             index_keys += [key for key in keys.split(mc.KEY_SEPARATOR) if key]
+        if not 0 < phys_offset <= _INT64_MAX or not 0 <= store_timestamp <= _INT64_MAX:
+            raise ValueError(f"commit log offset {phys_offset} and store timestamp {store_timestamp} "
+                             "must be a positive and a non-negative int64")
         for key in index_keys:
-            self.put(build_key(topic, key), phys_offset, store_timestamp)
+            if key:
+                self._put(build_key(topic, key), phys_offset, store_timestamp)
         return len(index_keys)
 
     def _writable_file(self) -> IndexFile:

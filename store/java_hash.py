@@ -8,9 +8,16 @@ at 32 bits, signed.
 """
 from __future__ import annotations
 
+import operator
 import struct
 
 _MASK32 = 0xFFFFFFFF
+# 31**k mod 2**32, highest power first: the hash of n units is the dot product
+# of the units with the last n powers, taken mod 2**32 (the same wrap as
+# Java's int arithmetic), computed in C by sum(map(...)) instead of a Python
+# loop per character. Longer strings fall back to Horner's rule.
+_POWERS_LENGTH = 512
+_POWERS = [pow(31, k, 1 << 32) for k in range(_POWERS_LENGTH - 1, -1, -1)]
 
 
 def java_string_hash(text: str) -> int:
@@ -20,9 +27,13 @@ def java_string_hash(text: str) -> int:
     else:
         encoded = text.encode("utf-16-be", "surrogatepass")
         units = struct.unpack(f">{len(encoded) // 2}H", encoded)
-    h = 0
-    for unit in units:
-        h = (31 * h + unit) & _MASK32
+    n = len(units)
+    if n <= _POWERS_LENGTH:
+        h = sum(map(operator.mul, units, _POWERS[_POWERS_LENGTH - n:])) & _MASK32
+    else:
+        h = 0
+        for unit in units:
+            h = (31 * h + unit) & _MASK32
     return h - (1 << 32) if h & 0x80000000 else h
 
 

@@ -25,17 +25,11 @@ class SocketAddress:
 
     def packed_ip(self) -> bytes:
         """The 4 or 16 address bytes; MessageEncodeError when `host` is not an IP literal."""
-        family = socket.AF_INET6 if self.is_ipv6 else socket.AF_INET
-        try:
-            return socket.inet_pton(family, self.host)
-        except OSError:
-            raise MessageEncodeError(f"host {self.host!r} is not an IPv4 or IPv6 address") from None
+        return _packed_ip(self.host)
 
     def packed(self) -> bytes:
         """Address bytes then the port as a big-endian int32 (8 or 20 bytes)."""
-        if not 0 <= self.port <= 0xFFFF:
-            raise MessageEncodeError(f"port {self.port} of {self.host} is outside 0..65535")
-        return self.packed_ip() + _PORT.pack(self.port)
+        return _packed(self.host, self.port)
 
     @staticmethod
     def from_packed_ip(ip: bytes, port: int) -> "SocketAddress":
@@ -60,9 +54,25 @@ class SocketAddress:
 UNSPECIFIED = SocketAddress("0.0.0.0", 0)
 
 
-# Decoding meets the same few hosts over and over (this broker as store host,
+# Encoding and decoding meet the same few hosts over and over (this broker as store host,
 # a handful of producers as born hosts); a cache saves building a frozen
-# dataclass and formatting the address for every message.
+# dataclass, or parsing and formatting the address, for every message.
+@functools.lru_cache(maxsize=4096)
+def _packed_ip(host: str) -> bytes:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.inet_pton(family, host)
+    except OSError:
+        raise MessageEncodeError(f"host {host!r} is not an IPv4 or IPv6 address") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed(host: str, port: int) -> bytes:
+    if not 0 <= port <= 0xFFFF:
+        raise MessageEncodeError(f"port {port} of {host} is outside 0..65535")
+    return _packed_ip(host) + _PORT.pack(port)
+
+
 @functools.lru_cache(maxsize=4096)
 def _from_packed_ip(ip: bytes, port: int) -> SocketAddress:
     if len(ip) == 4:

@@ -292,6 +292,20 @@ def test_java_string_hash_matches_javas_string_hashcode():
     assert java_string_hash("\U0001F600") == 0xD83D * 31 + 0xDE00  # UTF-16 surrogate pair
 
 
+@pytest.mark.parametrize("length", [1, 31, 511, 512, 513, 2000])
+def test_java_string_hash_agrees_with_hashcodes_own_loop_at_every_length(length):
+    def horner(text: str) -> int:  # String.hashCode as Java writes it
+        encoded = text.encode("utf-16-be", "surrogatepass")
+        h = 0
+        for i in range(0, len(encoded), 2):
+            h = (31 * h + int.from_bytes(encoded[i:i + 2], "big")) & 0xFFFFFFFF
+        return h - (1 << 32) if h & 0x80000000 else h
+    ascii_text = "".join(chr(32 + (i * 7) % 95) for i in range(length))
+    mixed = "".join(chr(0x4E00 + (i * 13) % 5000) if i % 3 else "k" for i in range(length))
+    assert java_string_hash(ascii_text) == horner(ascii_text)
+    assert java_string_hash(mixed) == horner(mixed)
+
+
 @pytest.mark.parametrize("expression", ["*", "", "  *  "])
 def test_star_or_empty_expression_matches_every_message_tagged_or_not(expression):
     tag_filter = parse_filter_expression(pb.TAG, expression)
