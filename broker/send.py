@@ -146,4 +146,4 @@ class SendService:
 
 def _receipt(message: pb.Message, stored: StoredMessage) -> spb.SendResultEntry:
     return spb.SendResultEntry(status=ok(), message_id=message.system_properties.message_id,
-                              offset=stored.queue_offset)
+                              offset=stored.queue_offset, queue_id=stored.queue_id)

@@ -15,10 +15,12 @@ import os
 import signal
 import socket
 import sys
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from broker.admin_service import add_admin_service
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.service import MessagingServicer
@@ -70,8 +72,11 @@ def configure_logging(node_id: str, level: str = "INFO") -> None:
 class Node:
     """One node's server and endpoints; `start` then `stop`, once each."""
 
-    def __init__(self, config: DLedgerConfig, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+    def __init__(self, config: DLedgerConfig, grace_s: float = SHUTDOWN_GRACE_S,
+                 broker_settings: dict[str, Any] | None = None) -> None:
         self.config = config
+        # BrokerConfig fields set on the command line (`--auto-create-topic`, ...).
+        self.broker_settings = broker_settings or {}
         self.grace_s = grace_s
         self.server: DLedgerServer | None = None
         self.transport: GrpcTransport | None = None
@@ -99,10 +104,11 @@ class Node:
                                   self.server, store_host(config))
         # The broker registers its state machines with the store before the
         # store replays the log into them.
-        self.broker = Broker(broker_config(config), self.store, self.server)
+        self.broker = Broker(broker_config(config, **self.broker_settings), self.store, self.server)
         await self.store.start()
         await self.broker.start()
         messaging_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.broker), self.grpc_server)
+        add_admin_service(self.broker, self.grpc_server)
         await self.grpc_server.start()
         if config.metrics_address:
             self._serve_metrics(config.metrics_address)
@@ -149,10 +155,11 @@ class Node:
         log.info("node stopped")
 
 
-def broker_config(config: DLedgerConfig) -> BrokerConfig:
-    """The broker serves the DLedger group; routes list every node's client address."""
+def broker_config(config: DLedgerConfig, **settings: Any) -> BrokerConfig:
+    """The broker serves the DLedger group; routes list every node's client
+    address. `settings` are other BrokerConfig fields (from node flags)."""
     return BrokerConfig(broker_name=config.group,
-                        endpoints=tuple(config.client_address_of(peer.id) for peer in config.peers))
+                        endpoints=tuple(config.client_address_of(peer.id) for peer in config.peers), **settings)
 
 
 def store_host(config: DLedgerConfig) -> SocketAddress:
@@ -170,14 +177,15 @@ def store_host(config: DLedgerConfig) -> SocketAddress:
     return SocketAddress("0.0.0.0", int(port))
 
 
-async def run_node(config: DLedgerConfig, exit_with_parent: int | None = None) -> int:
+async def run_node(config: DLedgerConfig, exit_with_parent: int | None = None,
+                   broker_settings: dict[str, Any] | None = None) -> int:
     """Run until SIGTERM/SIGINT (or the parent `exit_with_parent` is gone);
     returns the process exit code."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, _on_signal, signum, stop)
-    node = Node(config)
+    node = Node(config, broker_settings=broker_settings)
     watcher = asyncio.create_task(_watch_parent(exit_with_parent, stop)) if exit_with_parent else None
     try:
         await node.start()
