@@ -37,6 +37,7 @@ from store.consumer_offset import ConsumerOffsetManager, OffsetCommit, offsets_p
 from store.errors import (MessageDecodeError, MessageTooLargeError, QueueIdError, StoreFailedError,
                           StoreUnavailableError, TopicNotFoundError)
 from store.index_service import IndexService
+from store.message_id import decode_offset_message_id
 from store.reput import ArrivalListener, ReputMessageService, SystemEntryHandler
 from store.socket_address import SocketAddress
 from store.store_checkpoint import StoreCheckpoint, mark_running, mark_stopped
@@ -333,6 +334,21 @@ class MessageStore:
                     begin_ms <= message.store_timestamp <= end_ms:
                 found.append(message)
         return found
+
+    def query_message_by_id(self, message_id: str, topic: str | None = None) -> MessageExt | None:
+        """The message with this id: an offset message id (store host and
+        physical offset, 32 hex digits) is read where it points; a client
+        message id (UNIQ_KEY) is looked up in the index under `topic`."""
+        try:
+            _, physical_offset = decode_offset_message_id(message_id)
+        except ValueError:
+            physical_offset = None
+        if physical_offset is not None:
+            return self.read_message(physical_offset)
+        if topic is None:
+            return None
+        found = self.query_messages(topic, message_id, 1, 0, 1 << 62)
+        return next((m for m in found if m.uniq_key == message_id), None)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         queue = self._require_started()[1].get(topic, queue_id)

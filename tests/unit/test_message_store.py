@@ -161,6 +161,20 @@ async def test_bad_puts_are_refused_and_write_nothing(cluster: StoreCluster):
     assert store.get_messages("T", 0, 5, 10).status is GetStatus.NO_MESSAGE_IN_QUEUE
 
 
+async def test_a_message_is_found_by_its_offset_id_by_its_client_id_and_by_key(cluster: StoreCluster):
+    await cluster.create_topic("T", queues=2)
+    store = await cluster.leader_store()
+    results = await store.put_messages([message("T", b"m%d" % i, queue_id=i % 2, keys=f"order-{i} shared",
+                                                uniq_key=f"01{i:032X}") for i in range(6)])
+    await cluster.wait_applied()
+    for node_store in cluster.stores.values():
+        assert node_store.query_message_by_id(results[3].message_id).body == b"m3"
+        assert node_store.query_message_by_id(f"01{4:032X}", topic="T").body == b"m4"
+        assert node_store.query_message_by_id(f"01{99:032X}", topic="T") is None
+        assert [m.body for m in node_store.query_messages("T", "shared", 10, 0, 2**62)] == \
+            [b"m%d" % i for i in reversed(range(6))]
+
+
 async def test_a_pull_beyond_the_queue_says_where_it_ends(cluster: StoreCluster):
     await cluster.create_topic("T", queues=1)
     store = await cluster.leader_store()
