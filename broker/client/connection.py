@@ -96,6 +96,9 @@ class Connection:
             headers.append(("x-mq-namespace", config.namespace))
         self._headers = tuple(headers)
         self.closed = False
+        # Attempts that failed retriably and were tried again (tests and
+        # benchmarks read it: did a failover exercise the retry path?).
+        self.retries = 0
 
     # ------------------------------------------------------------- channels
     def headers(self) -> tuple[tuple[str, str], ...]:
@@ -197,6 +200,7 @@ class Connection:
             if self.closed or not should_retry(error):
                 raise
             log.debug("%s: %s; retrying", what, error)
+            self.retries += 1
         return await self.retrying(should_retry)(self._attempt, what, attempt)
 
     async def _attempt(self, what: str, attempt: Attempt[R]) -> R:
@@ -216,12 +220,12 @@ class Connection:
         def retriable(error: BaseException) -> bool:
             return isinstance(error, ClientError) and not self.closed and should_retry(error)
 
+        def before_sleep(state: RetryCallState) -> None:
+            self.retries += 1
+            failure = state.outcome.exception() if state.outcome else None
+            log.debug("retry %d after %s", state.attempt_number, failure)
+
         return AsyncRetrying(stop=stop_after_delay(config.deadline_s),
-                             wait=wait_exponential_jitter(initial=config.retry_initial_s, max=config.retry_max_s,
+                             wait=wait_exponential_jitter(multiplier=config.retry_initial_s, max=config.retry_max_s,
                                                           jitter=config.retry_initial_s),
-                             retry=retry_if_exception(retriable), reraise=True, before_sleep=_log_retry)
-
-
-def _log_retry(state: RetryCallState) -> None:
-    failure = state.outcome.exception() if state.outcome else None
-    log.debug("retry %d after %s", state.attempt_number, failure)
+                             retry=retry_if_exception(retriable), reraise=True, before_sleep=before_sleep)
