@@ -75,9 +75,8 @@ class Node:
     def __init__(self, config: DLedgerConfig, grace_s: float = SHUTDOWN_GRACE_S,
                  broker_settings: dict[str, Any] | None = None) -> None:
         self.config = config
-        # BrokerConfig fields set on the command line (`--auto-create-topic`, ...).
-        self.broker_settings = broker_settings or {}
         self.grace_s = grace_s
+        self.broker_settings = broker_settings or {}
         self.server: DLedgerServer | None = None
         self.transport: GrpcTransport | None = None
         self.grpc_server: grpc.aio.Server | None = None
@@ -104,7 +103,7 @@ class Node:
                                   self.server, store_host(config))
         # The broker registers its state machines with the store before the
         # store replays the log into them.
-        self.broker = Broker(broker_config(config, **self.broker_settings), self.store, self.server)
+        self.broker = Broker(broker_config(config, self.broker_settings), self.store, self.server)
         await self.store.start()
         await self.broker.start()
         messaging_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.broker), self.grpc_server)
@@ -155,11 +154,12 @@ class Node:
         log.info("node stopped")
 
 
-def broker_config(config: DLedgerConfig, **settings: Any) -> BrokerConfig:
+def broker_config(config: DLedgerConfig, settings: dict[str, Any] | None = None) -> BrokerConfig:
     """The broker serves the DLedger group; routes list every node's client
-    address. `settings` are other BrokerConfig fields (from node flags)."""
+    address; `settings` (the TOML's [broker] table) tune the rest."""
     return BrokerConfig(broker_name=config.group,
-                        endpoints=tuple(config.client_address_of(peer.id) for peer in config.peers), **settings)
+                        endpoints=tuple(config.client_address_of(peer.id) for peer in config.peers),
+                        **(settings or {}))
 
 
 def store_host(config: DLedgerConfig) -> SocketAddress:
