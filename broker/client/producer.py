@@ -47,11 +47,16 @@ class Producer(BaseClient):
     client_type = pb.PRODUCER
 
     def __init__(self, servers: str | Iterable[str] | ClientConfig, topics: Iterable[str] = (), *,
-                 checker: TransactionChecker | None = None, coalesce: bool = True,
+                 checker: TransactionChecker | None = None, transaction_recovery_s: float | None = None,
+                 coalesce: bool = True,
                  max_inflight_requests: int = MAX_INFLIGHT_REQUESTS, max_batch_messages: int = MAX_BATCH_MESSAGES,
                  max_batch_bytes: int = MAX_BATCH_BYTES, **config: Any) -> None:
         self.topics = list(dict.fromkeys(topics))
         self.checker = checker
+        # How long an undecided transaction waits before the broker checks it
+        # back (the protocol's orphaned_transaction_recovery_duration); None:
+        # the broker's default (6 s).
+        self.transaction_recovery_s = transaction_recovery_s
         super().__init__(servers, **config)
         self.coalesce = coalesce
         self.accumulator = SendAccumulator(self.send_call, max_inflight_requests, max_batch_messages,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from broker.client.errors import BadRequestError, PreconditionFailedError, check_status
-from broker.client.message import Message, ReceivedMessage, SendReceipt, from_protocol
+from broker.client.message import Message, ReceivedMessage, SendReceipt, duration, from_protocol
 from broker.client.telemetry import CommandHandler
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
@@ -71,6 +71,9 @@ class Transaction:
             producer.topics.append(message.topic)
             await producer.telemetry.resync()
         pending = producer._pending(message, pb.TRANSACTION)
+        if producer.transaction_recovery_s is not None:
+            pending.message.system_properties.orphaned_transaction_recovery_duration.CopyFrom(
+                duration(producer.transaction_recovery_s))
         result = (await producer.send_call(message.topic, [pending.message]))[0]
         if isinstance(result, Exception):
             raise result
