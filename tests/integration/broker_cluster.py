@@ -18,6 +18,11 @@ from store.codec import MessageExt
 from store.errors import MessageDecodeError
 
 
+# Test clusters keep sparse segment files: 1 GiB preallocated per segment and
+# node would fill a shared disk with a few test modules' leftovers.
+SPARSE_FILES = ["--preallocate", "false"]
+
+
 @dataclass(frozen=True)
 class StoredMessage:
     message_id: str

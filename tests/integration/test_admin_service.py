@@ -14,14 +14,14 @@ from cluster.process_cluster import ProcessCluster
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.pydledger.admin.v1 import admin_pb2 as apb
 from rpcgen.pydledger.admin.v1 import admin_pb2_grpc
-from tests.integration.broker_cluster import leader_of, servers
+from tests.integration.broker_cluster import SPARSE_FILES, leader_of, servers
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = ProcessCluster(tmp_path_factory.mktemp("admin"), extra_args=["--auto-create-topic", "false"])
+    c = ProcessCluster(tmp_path_factory.mktemp("admin"), extra_args=["--auto-create-topic", "false", *SPARSE_FILES])
     c.start()
     yield c
     c.stop_all()

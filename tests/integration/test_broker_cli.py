@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cluster.process_cluster import ProcessCluster
-from tests.integration.broker_cluster import servers, stored_messages
+from tests.integration.broker_cluster import SPARSE_FILES, servers, stored_messages
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -25,7 +25,7 @@ TOPIC_KEYS = {"topic", "queues", "type", "permission", "system", "messages", "of
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = ProcessCluster(tmp_path_factory.mktemp("cli"))
+    c = ProcessCluster(tmp_path_factory.mktemp("cli"), extra_args=SPARSE_FILES)
     c.start()
     yield c
     c.stop_all()

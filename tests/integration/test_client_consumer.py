@@ -16,7 +16,7 @@ from broker.client import (AckError, AdminClient, BadRequestError, Message, Offs
                            ReceivedMessage, SimpleConsumer, TransactionResolution)
 from cluster.process_cluster import ProcessCluster
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
-from tests.integration.broker_cluster import require_served, servers
+from tests.integration.broker_cluster import SPARSE_FILES, require_served, servers
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -27,7 +27,7 @@ SHORT_POLL_S = 5
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = ProcessCluster(tmp_path_factory.mktemp("consumer"))
+    c = ProcessCluster(tmp_path_factory.mktemp("consumer"), extra_args=SPARSE_FILES)
     c.start()
     yield c
     c.stop_all()

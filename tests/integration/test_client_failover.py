@@ -14,7 +14,7 @@ import pytest
 
 from broker.client import AckError, AdminClient, ClientError, Message, Producer, SendReceipt, SimpleConsumer
 from cluster.process_cluster import ProcessCluster
-from tests.integration.broker_cluster import is_served, leader_of, servers, stored_messages
+from tests.integration.broker_cluster import SPARSE_FILES, is_served, leader_of, servers, stored_messages
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -26,7 +26,7 @@ DRAIN_S = 45.0
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = ProcessCluster(tmp_path / "failover")
+    c = ProcessCluster(tmp_path / "failover", extra_args=SPARSE_FILES)
     c.start()
     yield c
     c.stop_all()

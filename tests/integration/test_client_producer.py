@@ -14,14 +14,14 @@ from broker.client import (AdminClient, BadRequestError, Message, PayloadTooLarg
                            Producer)
 from cluster.process_cluster import ProcessCluster
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
-from tests.integration.broker_cluster import leader_of, servers, stored_messages
+from tests.integration.broker_cluster import SPARSE_FILES, leader_of, servers, stored_messages
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = ProcessCluster(tmp_path_factory.mktemp("producer"))
+    c = ProcessCluster(tmp_path_factory.mktemp("producer"), extra_args=SPARSE_FILES)
     c.start()
     yield c
     c.stop_all()
