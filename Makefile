@@ -1,12 +1,13 @@
 # `make run`: a local three-node cluster in the foreground (Ctrl-C stops it).
 # `make test`: the whole test suite.
-# Both create .venv on first use and install the project into it.
+# `make image`: the node's Docker image (deploy/build-image.sh says which base it used).
+# All create .venv on first use and install the project into it.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test proto check-proto bench clean
+.PHONY: run test proto check-proto bench image clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +19,7 @@ run: $(STAMP)
 	$(VENV)/bin/dledger cluster up --nodes 3 --data-dir ./data --base-port 20911
 
 test: $(STAMP) check-proto
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs
 
 # Regenerate rpcgen/ from proto/. The generated files are committed.
 proto: $(STAMP)
@@ -30,6 +31,11 @@ check-proto: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.append
+
+# The official python:3.11-slim base when present or pullable, else a local
+# one built from Debian packages; the build itself runs without network.
+image: $(STAMP)
+	PYTHON=$(PY) deploy/build-image.sh
 
 clean:
 	rm -rf $(VENV) data

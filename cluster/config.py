@@ -1,10 +1,19 @@
-"""A node's DLedgerConfig from command-line flags and an optional TOML file.
+"""A node's DLedgerConfig from command-line flags, environment variables and
+an optional TOML file.
 
 The TOML file uses DLedgerConfig's own field names as keys (`self_id`,
 `peers`, `data_dir`, `heartbeat_interval_s`, ...), so that every tunable is
-reachable without a flag of its own; flags given on the command line override
-the file. `peers` may be a string (`"n0=127.0.0.1:20911,n1=..."`), a list of
-such items, or a table `{n0 = "127.0.0.1:20911", ...}`.
+reachable without a flag of its own. `peers` may be a string
+(`"n0=127.0.0.1:20911,n1=..."`), a list of such items, or a table
+`{n0 = "127.0.0.1:20911", ...}`.
+
+Environment variables serve containers, whose entry point is fixed:
+`DLEDGER_<FIELD NAME>` sets any field (`DLEDGER_PEERS`, `DLEDGER_DATA_DIR`,
+`DLEDGER_FLUSH_MODE`, `DLEDGER_HEARTBEAT_INTERVAL_S`, ...), `DLEDGER_ID` is
+`self_id`, and `DLEDGER_CONFIG`, `DLEDGER_METRICS_PORT`, `DLEDGER_METRICS_HOST`
+stand for the flags of those names. An empty variable counts as unset; any
+other `DLEDGER_` variable is an error, so that a misspelt one does not go
+unnoticed. Flags override the environment, which overrides the file.
 
 Every problem is a ConfigError with a one-line message naming the key or flag.
 """
@@ -12,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import tomllib
 import typing
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from dledger.config import DLedgerConfig, FlushMode, PeerAddress, parse_peers
 
@@ -44,7 +55,27 @@ TUNING_FLAGS: list[tuple[str, str, str, str]] = [
     ("--preallocate", "preallocate", "true|false", "allocate segment files up front"),
     ("--advertised-addresses", "advertised_addresses", "ID=HOST:PORT,...",
      "where clients should connect to each node, when that differs from --peers (docker, proxies)"),
+    ("--listen-address", "listen_address", "HOST:PORT",
+     "where the gRPC port binds, when not this node's peer address (0.0.0.0:PORT in a container)"),
 ]
+
+ENV_PREFIX = "DLEDGER_"
+# Variables that are not `DLEDGER_<FIELD NAME>`: a shorter name for the id,
+# and the flags that are not fields (the file, the metrics port and host).
+ENV_ID = "DLEDGER_ID"
+ENV_CONFIG = "DLEDGER_CONFIG"
+ENV_METRICS_PORT = "DLEDGER_METRICS_PORT"
+ENV_METRICS_HOST = "DLEDGER_METRICS_HOST"
+DEFAULT_METRICS_HOST = "127.0.0.1"
+
+
+@dataclass
+class EnvSettings:
+    """What the environment says, in the shape the flags have."""
+    values: dict[str, Any] = field(default_factory=dict)  # field name -> the variable's text
+    config_file: str | None = None
+    metrics_port: int | None = None
+    metrics_host: str | None = None
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,20 +92,79 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, dest=field_name, metavar=metavar, help=help_text)
 
 
-def config_from_args(args: argparse.Namespace) -> DLedgerConfig:
-    """Merge the TOML file (if any) with the flags; flags win."""
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> DLedgerConfig:
+    """Merge the TOML file (if any), the environment (`os.environ` unless
+    given) and the flags; flags win over the environment, which wins over the file."""
+    env = settings_from_env(os.environ if environ is None else environ)
     values: dict[str, Any] = {}
-    if getattr(args, "config", None):
-        values.update(load_toml(args.config))
+    config_file = getattr(args, "config", None) or env.config_file
+    if config_file:
+        values.update(load_toml(config_file))
+    values.update(env.values)
     flag_fields = ["self_id", "peers", "data_dir", "group"] + [f for _, f, _, _ in TUNING_FLAGS]
     for name in flag_fields:
         value = getattr(args, name, None)
         if value is not None:
             values[name] = value
-    if getattr(args, "metrics_port", None) is not None:
-        values["metrics_address"] = metrics_address_for_port(args.metrics_port,
-                                                             getattr(args, "metrics_host", None) or "127.0.0.1")
+    metrics_port = getattr(args, "metrics_port", None)
+    if metrics_port is None:
+        metrics_port = env.metrics_port
+    if metrics_port is not None:
+        host = getattr(args, "metrics_host", None) or env.metrics_host or DEFAULT_METRICS_HOST
+        values["metrics_address"] = metrics_address_for_port(metrics_port, host)
     return build_config(values)
+
+
+def settings_from_env(environ: Mapping[str, str]) -> EnvSettings:
+    """The `DLEDGER_` variables, each checked here so that an error names the
+    variable rather than a field the user never typed."""
+    hints = typing.get_type_hints(DLedgerConfig)
+    env = EnvSettings()
+    for variable, text in sorted(environ.items()):
+        if not variable.startswith(ENV_PREFIX) or text == "":
+            continue
+        if variable == ENV_CONFIG:
+            env.config_file = text
+        elif variable == ENV_METRICS_HOST:
+            env.metrics_host = text
+        elif variable == ENV_METRICS_PORT:
+            env.metrics_port = env_metrics_port(text)
+        else:
+            name = env_field_name(variable, hints)
+            if name in env.values and env.values[name] != text:
+                raise ConfigError(f"{ENV_ID} and {ENV_PREFIX}SELF_ID disagree: pick one")
+            check_env_value(variable, name, text, hints[name])
+            env.values[name] = text
+    return env
+
+
+def env_field_name(variable: str, hints: dict[str, Any]) -> str:
+    if variable == ENV_ID:
+        return "self_id"
+    name = variable[len(ENV_PREFIX):].lower()
+    if name not in hints:
+        raise ConfigError(f"unknown environment variable {variable} "
+                          f"(expected {ENV_PREFIX}<DLedgerConfig field name>, {ENV_ID}, {ENV_CONFIG}, "
+                          f"{ENV_METRICS_PORT} or {ENV_METRICS_HOST})")
+    return name
+
+
+def check_env_value(variable: str, name: str, text: str, hint: Any) -> None:
+    try:
+        convert(name, text, hint)
+    except ConfigError as error:
+        message = str(error).removeprefix(f"{name}: ")
+        raise ConfigError(f"{variable}: {message}") from None
+
+
+def env_metrics_port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise ConfigError(f"{ENV_METRICS_PORT}: expected an integer, got {text!r}") from None
+    if not 0 < port < 65536:
+        raise ConfigError(f"{ENV_METRICS_PORT}: {port} is not in 1..65535")
+    return port
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -102,9 +192,10 @@ def build_config(values: dict[str, Any]) -> DLedgerConfig:
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"unknown setting {unknown[0]!r} (settings are DLedgerConfig field names)")
-    for required, flag in (("self_id", "--id"), ("peers", "--peers"), ("data_dir", "--data-dir")):
+    for required, flag, variable in (("self_id", "--id", ENV_ID), ("peers", "--peers", "DLEDGER_PEERS"),
+                                     ("data_dir", "--data-dir", "DLEDGER_DATA_DIR")):
         if values.get(required) in (None, ""):
-            raise ConfigError(f"missing {flag} (or {required!r} in the config file)")
+            raise ConfigError(f"missing {flag} (or {variable}, or {required!r} in the config file)")
     converted = {name: convert(name, value, hints[name]) for name, value in values.items()}
     try:
         config = DLedgerConfig(**converted)

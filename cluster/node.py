@@ -96,7 +96,7 @@ class Node:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
         # Bind before the log is opened: a second node started on this port
         # (or with this id) fails here, before it has touched anything.
-        self._bind(config.self_peer.address)
+        self._bind(config.bind_address)
         await self.server.start()
         self.metrics.bind(self.server.status, asyncio.get_running_loop())
         self.store = MessageStore(MessageStoreConfig(store_dir=os.path.join(config.data_dir, "store")),
@@ -113,8 +113,8 @@ class Node:
             self._serve_metrics(config.metrics_address)
         for service in HEALTH_SERVICES:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        log.info("node started: group=%s address=%s peers=%s metrics=%s data_dir=%s flush=%s pid=%d",
-                 config.group, config.self_peer.address,
+        log.info("node started: group=%s address=%s listen=%s peers=%s metrics=%s data_dir=%s flush=%s pid=%d",
+                 config.group, config.self_peer.address, config.bind_address,
                  ",".join(f"{p.id}={p.address}" for p in config.peers),
                  config.metrics_address or "-", config.data_dir, config.flush_mode.value, os.getpid())
 

@@ -130,6 +130,12 @@ class DLedgerConfig:
     # behind fault-injection proxies peers use the proxies, clients the node.
     # Nodes missing here advertise their peer address.
     advertised_addresses: tuple[PeerAddress, ...] = ()
+    # Where this node's gRPC port binds, when not its own peer address. In a
+    # container the peer address (`n1:20911`) resolves to the container's IP
+    # on one network; binding 0.0.0.0 keeps the port serving when that IP
+    # changes (a network disconnected and connected again) and lets a health
+    # check ask 127.0.0.1. Empty: bind the peer address.
+    listen_address: str = ""
     # ---- served on the side, reported in Metadata
     metrics_address: str = ""
 
@@ -161,8 +167,17 @@ class DLedgerConfig:
                 return p.address
         return self.address_of(peer_id)
 
+    @property
+    def bind_address(self) -> str:
+        """The HOST:PORT the gRPC server listens on."""
+        return self.listen_address or self.self_peer.address
+
     def validate(self) -> None:
         self.self_peer  # raises when missing
+        if self.listen_address:
+            host, sep, port = self.listen_address.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"listen_address {self.listen_address!r}: expected HOST:PORT")
         if not (0 < self.election_timeout_min_s <= self.election_timeout_max_s):
             raise ValueError("need 0 < election_timeout_min_s <= election_timeout_max_s")
         if self.heartbeat_interval_s * 2 > self.election_timeout_min_s:

@@ -28,6 +28,7 @@ from dledger.member_state import MemberState, Role
 from dledger.status import ServerObserver
 from dledger.transport import Transport, TransportError
 from dledger.vote_rules import ParseResult, VoterView, decide_vote, tally_votes
+from dledger.waiting import wait_event
 from rpcgen import dledger_pb2 as pb
 
 if TYPE_CHECKING:
@@ -90,10 +91,7 @@ class DLedgerLeaderElector:
             else:
                 wait = await self._maintain_as_candidate()
             if wait > 0:
-                try:
-                    await asyncio.wait_for(self.wakeup.wait(), wait)
-                except asyncio.TimeoutError:
-                    pass
+                await wait_event(self.wakeup, wait)
             self.wakeup.clear()
 
     def _maintain_as_follower(self) -> float:

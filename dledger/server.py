@@ -23,6 +23,7 @@ from dledger.member_state import MemberState, Role
 from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
 from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
 from dledger.store.file_store import AppendHook, DLedgerFileStore
+from dledger.store.properties import write_atomic
 from dledger.transport import Transport
 from rpcgen import dledger_pb2 as pb
 
@@ -303,14 +304,23 @@ class DLedgerServer:
     async def _checkpointer(self) -> None:
         while True:
             await asyncio.sleep(self.config.checkpoint_interval_s)
-            self.store.write_checkpoint()
-            self._save_producers()
+            await self.store.write_checkpoint_in_background()
+            await self._save_producers_in_background()
+
+    async def _save_producers_in_background(self) -> None:
+        assert self.pusher is not None
+        snapshot = self.pusher.producers_snapshot()
+        if snapshot is not None:
+            applied, data = snapshot
+            await asyncio.to_thread(write_atomic, self._producers_path, data)
+            self._producers_snapshot_index = applied
 
     def _save_producers(self) -> None:
         assert self.pusher is not None
-        saved = self.pusher.save_producers(self._producers_path)
-        if saved is not None:
-            self._producers_snapshot_index = saved
+        snapshot = self.pusher.producers_snapshot()
+        if snapshot is not None:
+            write_atomic(self._producers_path, snapshot[1])
+            self._producers_snapshot_index = snapshot[0]
 
     async def _retention(self) -> None:
         while True:

@@ -38,6 +38,9 @@ class MessageStoreConfig:
     # A new leader waits this long for its apply loop to reach the start of
     # its term before a put answers "not ready" (the client retries).
     ready_wait_s: float = 2.0
+    # The leader writes the whole metadata into the log this often (and when
+    # its term starts), so that the retained log always holds all of it.
+    metadata_snapshot_interval_s: float = 600.0
 
     @property
     def config_dir(self) -> str:

@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any
 
-from dledger.store.properties import fsync_dir
+from dledger.store.properties import fsync_dir, write_temp
 from store.errors import CorruptFileError
 
 log = logging.getLogger(__name__)
@@ -86,15 +86,7 @@ class ConfigManager:
     def write(self, text: bytes, applied_index: int) -> None:
         """Temp file, fsync, the old file becomes .bak, rename, fsync the directory."""
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(text)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        tmp = write_temp(self.path, text)
         if os.path.exists(self.path):
             os.replace(self.path, self.path + ".bak")
         os.replace(tmp, self.path)

@@ -37,6 +37,7 @@ from store.consumer_offset import ConsumerOffsetManager, OffsetCommit, offsets_p
 from store.errors import (MessageDecodeError, MessageTooLargeError, QueueIdError, StoreFailedError,
                           StoreUnavailableError, TopicNotFoundError)
 from store.index_service import IndexService
+from store.metadata_snapshot import MetadataSnapshotHandler, snapshot_payload
 from store.message_id import decode_offset_message_id
 from store.reput import ArrivalListener, ReputMessageService, SystemEntryHandler
 from store.socket_address import SocketAddress
@@ -52,6 +53,8 @@ log = logging.getLogger(__name__)
 # maxTransferBytesOnMessageInMemory 256 KiB; we allow a 4 MiB message through).
 DEFAULT_MAX_PULL_BYTES = 4 << 20
 READY_POLL_S = 0.005
+# How often the leader checks whether a metadata snapshot is due.
+SNAPSHOT_CHECK_S = 1.0
 
 
 @dataclass
@@ -81,6 +84,12 @@ class MessageStore:
         self._abort_path = os.path.join(config.store_dir, "abort")
         self._tasks: list[asyncio.Task[None]] = []
         self._flush_lock = asyncio.Lock()
+        # Cleared while the leader writes a metadata snapshot: writes wait.
+        self._writes_open = asyncio.Event()
+        self._writes_open.set()
+        self.snapshots = MetadataSnapshotHandler(self.managers)
+        self._snapshot_term = -1
+        self._snapshot_at = 0.0
         self._persist_lock = asyncio.Lock()
         self._extra_handlers: list[SystemEntryHandler] = []
         self._extra_listeners: list[ArrivalListener] = []
@@ -126,11 +135,13 @@ class MessageStore:
                      log_store.ledger_begin_index - 1)
         self.reput = ReputMessageService(self.server, queues, self.index, self.commit_log.min_physical_offset,
                                          resume, config.reput_batch_bytes)
-        for handler in [*self.managers, *self._extra_handlers]:
+        for handler in [*self.managers, self.snapshots, *self._extra_handlers]:
             self.reput.register(handler)
         self.reput.listeners.extend(self._extra_listeners)
-        # The log keeps what the store has not durably derived yet.
+        # The log keeps what the store has not durably derived yet, and the
+        # latest metadata snapshot (none yet: nothing may go).
         self.server.retention_floors.append(lambda: self.checkpoint.applied_index + 1)
+        self.server.retention_floors.append(lambda: max(self.snapshots.last_index, 0))
         log.info("message store %s: %s, %d ConsumeQueues (%d units past the committed log dropped), "
                  "applying from entry %d (committed %d)", config.store_dir,
                  "recovering after a crash" if crashed else "clean start", len(queues), dropped,
@@ -141,7 +152,9 @@ class MessageStore:
                        loop.create_task(self._every(config.config_persist_interval_s, self.persist_configs),
                                         name="PersistConfigs"),
                        loop.create_task(self._every(config.clean_interval_s, self.clean_expired),
-                                        name="CleanConsumeQueue")]
+                                        name="CleanConsumeQueue"),
+                       loop.create_task(self._every(SNAPSHOT_CHECK_S, self._maybe_snapshot_metadata),
+                                        name="MetadataSnapshot")]
         self.started = True
 
     async def shutdown(self) -> None:
@@ -236,6 +249,7 @@ class MessageStore:
         reput = self._require_started()[0]
         if reput.failure is not None:
             raise reput.failure
+        await self._writes_open.wait()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.ready_wait_s
         ms = self.server.member_state
@@ -256,6 +270,39 @@ class MessageStore:
             raise StoreUnavailableError(f"this new leader is still applying the log (at {reput.applied_index}, "
                                         f"its term starts at {ready_from})")
         return ready_from
+
+    async def _maybe_snapshot_metadata(self) -> None:
+        """On the leader: a snapshot when its term starts, then every interval."""
+        ms = self.server.member_state
+        if self.server.leader_ready_from() is None:
+            return
+        now = asyncio.get_running_loop().time()
+        if ms.term == self._snapshot_term and now - self._snapshot_at < self.config.metadata_snapshot_interval_s:
+            return
+        if await self.write_metadata_snapshot():
+            self._snapshot_term, self._snapshot_at = ms.term, now
+
+    async def write_metadata_snapshot(self) -> bool:
+        """Append every manager's state as of the entry before the snapshot.
+        Returns False when the log did not quiesce in time (tried again later)."""
+        reput = self._require_started()[0]
+        await self._ready_for_writes()
+        log_store = self.server.store
+        self._writes_open.clear()
+        try:
+            deadline = asyncio.get_running_loop().time() + self.config.ready_wait_s
+            while reput.applied_index < log_store.ledger_end_index:
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0 or not await reput.wait_applied(log_store.ledger_end_index, remaining):
+                    return False
+            # No await from the check above until the entry is written, so
+            # nothing can land between the state captured and its place.
+            body = encode_system_entry(SystemKind.METADATA_SNAPSHOT, snapshot_payload(self.managers))
+            index, _, _ = await self.server.append([body])
+        finally:
+            self._writes_open.set()
+        log.info("metadata snapshot written at entry %d (%d bytes)", index, len(body))
+        return True
 
     async def append_system_entry(self, kind: int, payload: dict[str, Any]) -> int:
         """Write a system entry and wait until this node has applied it, so the

@@ -24,6 +24,7 @@ from typing import Callable, Protocol
 
 from dledger.entry import MAGIC_NORMAL, DLedgerEntry
 from dledger.server import DLedgerServer
+from dledger.waiting import wait_event
 from store import codec
 from store.codec import DispatchRequest
 from store.commit_log import DLEDGER_HEADER_SIZE, gets_queue_offset
@@ -121,9 +122,7 @@ class ReputMessageService:
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 return False
-            try:
-                await asyncio.wait_for(self._applied_event.wait(), remaining)
-            except asyncio.TimeoutError:
+            if not await wait_event(self._applied_event, remaining):
                 return False
         return self.applied_index >= index
 

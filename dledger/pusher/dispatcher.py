@@ -30,6 +30,7 @@ from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState
 from dledger.pusher.quorum import QuorumAckChecker
 from dledger.transport import Transport, TransportError
+from dledger.waiting import wait_event
 from rpcgen import dledger_pb2 as pb
 
 if TYPE_CHECKING:
@@ -181,10 +182,7 @@ class EntryDispatcher:
         self.backoff_until = until
 
     async def _sleep_until_woken(self, timeout: float | None) -> None:
-        try:
-            await asyncio.wait_for(self.wakeup.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
+        await wait_event(self.wakeup, timeout)
         self.wakeup.clear()
 
     def _request(self, kind: int, index: int, **fields: object) -> pb.PushEntryRequest:

@@ -54,13 +54,22 @@ class EntryHandler:
         self.member_state = member_state
         self.on_commit = on_commit
         self.verified_end = -1
+        self._verified_term = -1   # the term whose leader verified_end was checked against
         self._waiting: dict[int, _WaitingAppend] = {}
 
     # ------------------------------------------------------------ lifecycle
     def on_term_change(self) -> None:
-        """A new term or leader: only the committed prefix is known to match it."""
+        """Called on every role change. In a new term only the committed prefix
+        is known to match the new leader. Within the same term the leader is
+        the same node (one leader per term), so what was verified against it
+        stays verified: a follower that briefly turned candidate and hears the
+        same leader again must not forget it, or its commit index would stay
+        behind until the next append."""
+        if self.member_state.term == self._verified_term:
+            return
+        self._verified_term = self.member_state.term
         self.verified_end = self.member_state.committed_index
-        self._fail_waiting("the leader or term changed")
+        self._fail_waiting("the term changed")
 
     def _fail_waiting(self, why: str) -> None:
         waiting, self._waiting = self._waiting, {}

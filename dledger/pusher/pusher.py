@@ -25,8 +25,8 @@ from dledger.pusher.dispatcher import EntryDispatcher
 from dledger.pusher.handler import EntryHandler
 from dledger.producer_table import AppendedRange, ProducerTable, decode_mark, encode_mark
 from dledger.pusher.quorum import PendingAppend, QuorumAckChecker
-from dledger.store.properties import write_atomic
 from dledger.transport import Transport
+from dledger.waiting import wait_event
 
 if TYPE_CHECKING:
     from dledger.store.file_store import AppendHook, DLedgerFileStore
@@ -226,15 +226,13 @@ class DLedgerEntryPusher:
         self.apply_committed(self.member_state.committed_index)
         log.info("producer table: %d producers, applied to %d", len(table), table.applied_index)
 
-    def save_producers(self, path: str) -> int | None:
-        """Snapshot the table if everything it covers is on disk; returns the
-        index it covers (None when skipped this time)."""
+    def producers_snapshot(self) -> tuple[int, bytes] | None:
+        """(index covered, file content) of the table, if everything it covers
+        is on disk; None to skip this time. The caller writes the file."""
         table = self.producers
         if table.applied_index > self.store.flushed_index:
             return None
-        applied = table.applied_index
-        write_atomic(path, table.to_json().encode("utf-8"))
-        return applied
+        return table.applied_index, table.to_json().encode("utf-8")
 
     # -------------------------------------------------------- applying commits
     def apply_committed(self, committed: int) -> None:
@@ -289,10 +287,7 @@ class DLedgerEntryPusher:
         while True:
             deadline = self.quorum.next_deadline()
             timeout = None if deadline is None else max(0.0, deadline - self.clock.now())
-            try:
-                await asyncio.wait_for(self._checker_wakeup.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(self._checker_wakeup, timeout)
             self._checker_wakeup.clear()
             self.check_quorum()
             self.quorum.expire(self.clock.now())

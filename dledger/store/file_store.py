@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import struct
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,7 +46,8 @@ from dledger.entry import (
     verify_entry,
 )
 from dledger.errors import CorruptLogError, DLedgerError, ResponseCode
-from dledger.store.properties import read_properties, write_properties
+from dledger.store.properties import (fsync_dir, properties_text, read_properties, write_properties,
+                                      write_temp)
 from dledger.store.segment_list import ZERO_FILL_BYTES, DirtyState, SegmentList, sync_dirty
 
 log = logging.getLogger(__name__)
@@ -140,6 +142,10 @@ class DLedgerFileStore:
         # entries that were replaced meanwhile.
         self._epoch = 0
         self._checkpoint_end_index = -1
+        # A checkpoint written on the event loop bumps the generation; one the
+        # flush thread wrote from older state is then not renamed into place.
+        self._checkpoint_lock = threading.Lock()
+        self._checkpoint_generation = 0
 
     @property
     def write_position(self) -> int:
@@ -701,13 +707,47 @@ class DLedgerFileStore:
             self.committed_index = index
 
     def write_checkpoint(self) -> None:
+        """Write the checkpoint here and now (truncate, reset, retention,
+        close). Any checkpoint still being written in the flush thread from
+        before is now stale and will not replace this one."""
         # The checkpoint's end entry is where recovery starts; its index record
         # must be on disk for that (its data is: it is flushed).
         sync_dirty(self._index.take_dirty())
         self._write_checkpoint_file()
 
-    def _write_checkpoint_file(self) -> None:
-        checkpoint = Checkpoint(
+    async def write_checkpoint_in_background(self) -> None:
+        """The periodic checkpoint: state captured here, fsyncs and the rename
+        in the flush thread, so that a slow disk never stalls the event loop
+        (and with it heartbeats)."""
+        if self._executor is None:
+            return
+        index_state = self._index.take_dirty()
+        checkpoint, generation = self._checkpoint_now(), self._checkpoint_generation
+        loop = asyncio.get_running_loop()
+        try:
+            written = await loop.run_in_executor(self._executor, self._persist_checkpoint, index_state,
+                                                 checkpoint, generation)
+        except BaseException:
+            self._index.restore_dirty(index_state)
+            raise
+        if written and generation == self._checkpoint_generation:
+            self._checkpoint_end_index = checkpoint.end_index
+
+    def _persist_checkpoint(self, index_state: DirtyState, checkpoint: Checkpoint, generation: int) -> bool:
+        """Flush thread: sync the index records, write the file; False when a
+        checkpoint written meanwhile on the event loop makes this one stale."""
+        sync_dirty(index_state)
+        tmp = write_temp(self.checkpoint_path, properties_text(checkpoint.to_properties()))
+        with self._checkpoint_lock:
+            if generation != self._checkpoint_generation:
+                os.unlink(tmp)
+                return False
+            os.replace(tmp, self.checkpoint_path)
+        fsync_dir(os.path.dirname(self.checkpoint_path))
+        return True
+
+    def _checkpoint_now(self) -> Checkpoint:
+        return Checkpoint(
             begin_index=self.ledger_begin_index,
             end_index=self.flushed_index,
             # Never more than what is on disk: recovery treats everything up to
@@ -716,7 +756,12 @@ class DLedgerFileStore:
             flushed_position=self.flushed_position,
             before_begin_term=self.before_begin_term,
             before_begin_chain_crc=self.before_begin_chain_crc)
-        write_properties(self.checkpoint_path, checkpoint.to_properties())
+
+    def _write_checkpoint_file(self) -> None:
+        checkpoint = self._checkpoint_now()
+        with self._checkpoint_lock:
+            self._checkpoint_generation += 1
+            write_properties(self.checkpoint_path, checkpoint.to_properties())
         self._checkpoint_end_index = checkpoint.end_index
 
     # ================================================================= retention / disk

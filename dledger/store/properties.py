@@ -7,25 +7,41 @@ directory. A reader sees the old file or the new one, never a torn one.
 from __future__ import annotations
 
 import os
+import tempfile
 
 
 def write_properties(path: str, values: dict[str, str]) -> None:
-    write_atomic(path, "".join(f"{key}={value}\n" for key, value in values.items()).encode("utf-8"))
+    write_atomic(path, properties_text(values))
+
+
+def properties_text(values: dict[str, str]) -> bytes:
+    return "".join(f"{key}={value}\n" for key, value in values.items()).encode("utf-8")
 
 
 def write_atomic(path: str, data: bytes) -> None:
     """Replace `path` with `data`: temp file, fsync, rename, fsync the directory."""
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.replace(write_temp(path, data), path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def write_temp(path: str, data: bytes) -> str:
+    """Write `data` to a new temp file beside `path`, fsync it, return its name.
+    Each call gets its own file: a writer in a thread that outlived its
+    cancelled task must not rename another writer's half-written file."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=os.path.basename(path) + ".",
+                               suffix=".tmp")
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
+        os.fchmod(fd, 0o644)
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path) or ".")
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
 
 
 def read_properties(path: str) -> dict[str, str]:

@@ -18,9 +18,15 @@ SMALL_STORE = dict(consume_queue_units_per_file=64, index_hash_slots=64, index_i
                    ready_wait_s=2.0)
 
 
+# Three nodes and their stores share one event loop here; on a loaded machine
+# the dledger harness's 100-200 ms election timeouts cause spurious elections.
+STEADY = dict(heartbeat_interval_s=0.05, election_timeout_min_s=0.4, election_timeout_max_s=0.8,
+              rpc_timeout_s=0.6, push_timeout_s=0.6)
+
+
 class StoreCluster(Cluster):
     def __init__(self, base_dir: str, size: int = 3, store: dict | None = None, **overrides: object) -> None:
-        super().__init__(base_dir, size, **overrides)
+        super().__init__(base_dir, size, **{**STEADY, **overrides})
         self.store_settings = {**SMALL_STORE, **(store or {})}
         self.stores: dict[str, MessageStore] = {}
 
@@ -49,6 +55,15 @@ class StoreCluster(Cluster):
     async def create_topic(self, topic: str, queues: int = 4) -> None:
         store = await self.leader_store()
         await store.update_topic(TopicConfig(topic, read_queue_nums=queues, write_queue_nums=queues))
+
+    async def wait_snapshot(self, timeout: float = 5.0) -> None:
+        """Every store has applied a metadata snapshot."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not all(s.snapshots.last_index >= 0 for s in self.stores.values()):
+            if loop.time() > deadline:
+                raise AssertionError("no metadata snapshot reached every store in time")
+            await asyncio.sleep(0.02)
 
     async def wait_applied(self, timeout: float = 5.0) -> None:
         """Every store has applied everything its node committed, and all agree."""

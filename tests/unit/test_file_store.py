@@ -692,3 +692,21 @@ def test_get_at_position_refuses_positions_that_are_not_entries(tmp_path):
         with pytest.raises(DLedgerError) as e:
             store.get_at_position(bad)
         assert e.value.code is ResponseCode.INDEX_OUT_OF_RANGE
+
+
+def test_a_background_checkpoint_older_than_one_written_since_is_not_put_in_place(tmp_path):
+    store = open_store(tmp_path)
+    store.append_as_leader(make_bodies(5), term=1)
+    store._sync_everything()
+    store.write_checkpoint()                # at entry 4: truncate must rewrite it
+    stale = store._checkpoint_now()
+    generation = store._checkpoint_generation
+    store.truncate(2)                      # writes its own checkpoint now, from the cut log
+    written_by_truncate = Path(store.checkpoint_path).read_bytes()
+    state = store._index.take_dirty()
+    assert store._persist_checkpoint(state, stale, generation) is False
+    assert Path(store.checkpoint_path).read_bytes() == written_by_truncate
+    assert not [name for name in os.listdir(store.base_dir) if name.endswith(".tmp")]
+    store.close()
+    reopened = open_store(tmp_path)
+    assert reopened.ledger_end_index == 2

@@ -241,3 +241,27 @@ async def test_an_append_hook_patch_is_what_every_replica_stores(cluster: Cluste
         for offset, pos in enumerate(positions):
             assert server.store.get(first + offset).body[:8] == pos.to_bytes(8, "big")
             assert server.store.get_at_position(pos).index == first + offset
+
+
+async def test_a_follower_that_briefly_lost_its_leader_keeps_following_the_commit_index(cluster: Cluster):
+    leader = await cluster.wait_leader()
+    follower = cluster.servers[next(n for n in cluster.servers if n != leader)]
+    term = follower.member_state.term
+    for attempt in range(50):
+        await cluster.servers[leader].append([b"%d" % attempt])
+        # It holds the entry but has not heard that it is committed yet...
+        if follower.store.ledger_end_index > follower.member_state.committed_index:
+            break
+    else:
+        pytest.skip("never caught the follower between append and commit")
+    # ...when its election timer fires (a stalled loop) and then the same
+    # leader of the same term is heard again, before any vote.
+    follower.member_state.change_to_candidate()
+    follower.elector.next_vote_at = float("inf")
+    target = cluster.servers[leader].member_state.committed_index
+    for _ in range(100):
+        if follower.member_state.committed_index >= target:
+            break
+        await asyncio.sleep(0.01)
+    assert follower.member_state.term == term
+    assert follower.member_state.committed_index >= target, "the commit index stayed behind"
