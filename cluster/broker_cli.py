@@ -403,7 +403,7 @@ def add_bench_commands(bench_commands: Any) -> None:
     consume.add_argument("--size", type=non_negative_int, default=1024, metavar="BYTES")
     consume.add_argument("--messages", type=positive_int, default=100_000, metavar="N",
                          help="messages sent first, then consumed")
-    consume.add_argument("--inflight", type=positive_int, default=16, metavar="K", help="concurrent receivers")
+    consume.add_argument("--inflight", type=positive_int, default=64, metavar="K", help="concurrent receivers")
     consume.add_argument("--batch", type=positive_int, default=32, metavar="B",
                          help="messages per receive (the broker allows up to 32)")
     consume.add_argument("--duration", type=float, default=60.0, metavar="SECONDS",
