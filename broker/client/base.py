@@ -61,8 +61,12 @@ class BaseClient:
             raise PreconditionFailedError(pb.PRECONDITION_FAILED, "the client is closed")
         if self.started:
             return self
-        await self.telemetry.start(self.config.deadline_s)
-        await self.heartbeat()
+        try:
+            await self.telemetry.start(self.config.deadline_s)
+            await self.heartbeat()
+        except BaseException:
+            await self.close()  # `async with` does not call __aexit__ when __aenter__ fails
+            raise
         self._heartbeat = asyncio.ensure_future(self._keep_alive())
         self.started = True
         return self
