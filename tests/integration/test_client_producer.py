@@ -6,13 +6,14 @@ the protocol's codes."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 
 import pytest
 
 from broker.client import (AdminClient, BadRequestError, Message, PayloadTooLargeError, PreconditionFailedError,
-                           Producer)
-from cluster.process_cluster import ProcessCluster
+                           Producer, UnavailableError)
+from cluster.process_cluster import ProcessCluster, free_ports
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from tests.integration.broker_cluster import SPARSE_FILES, leader_of, servers, stored_messages
 
@@ -146,3 +147,12 @@ async def test_a_send_to_an_unknown_topic_creates_it_while_auto_creation_is_on(c
         topics = {t.topic: t for t in await admin.list_topics()}
     assert topics["AutoCreated"].queues == 8 and topics["AutoCreated"].message_type == "mixed"
     assert receipt.offset == 0
+
+
+async def test_a_producer_with_no_reachable_node_gives_up_at_its_deadline():
+    started = time.monotonic()
+    with pytest.raises(UnavailableError) as raised:
+        async with Producer(f"127.0.0.1:{free_ports(1)[0]}", deadline_s=1.0):
+            pass
+    assert raised.value.code == pb.HA_NOT_AVAILABLE
+    assert time.monotonic() - started < 5
