@@ -41,7 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 OFFICIAL = textwrap.dedent("""
     import json, os, sys, time, concurrent.futures as cf
     from rocketmq import ClientConfiguration, Credentials, Message, Producer
-    servers, topic, size, inflight, duration = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+    servers, topic = sys.argv[1], sys.argv[2]
+    size, inflight, duration = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
     producer = Producer(ClientConfiguration(servers.replace(",", ";"), Credentials()), (topic,))
     producer.startup()
     body = os.urandom(size)

@@ -27,7 +27,7 @@ MAX_QUEUES = 1024
 # weeks on the 2-hour rung of the backoff ladder, which is surely a typo.
 MAX_RETRIES = 1000
 DEFAULT_MAX_RETRIES = SubscriptionGroupConfig.retry_max_times
-PERMISSIONS = {pb.NONE: 0, pb.READ: PERM_READ, pb.WRITE: PERM_WRITE, pb.READ_WRITE: PERM_READ | PERM_WRITE}
+PERMISSIONS: dict[pb.Permission, int] = {pb.NONE: 0, pb.READ: PERM_READ, pb.WRITE: PERM_WRITE, pb.READ_WRITE: PERM_READ | PERM_WRITE}
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def is_system_topic(topic: str) -> bool:
             or topic.startswith(validation.BROKER_WRITTEN_TOPIC_PREFIXES))
 
 
-def permission_of(perm: int) -> int:
+def permission_of(perm: int) -> pb.Permission:
     readable, writable = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
     return pb.READ_WRITE if readable and writable else pb.READ if readable else pb.WRITE if writable else pb.NONE
 
@@ -62,7 +62,7 @@ class Admin:
 
     # ----------------------------------------------------------------- topics
     async def create_topic(self, topic: str, queues: int = 0, message_type: str = "NORMAL",
-                           permission: int = pb.READ_WRITE) -> tuple[TopicConfig, bool]:
+                           permission: pb.Permission = pb.READ_WRITE) -> tuple[TopicConfig, bool]:
         """(config, created). The same create twice is fine; a different one
         for an existing topic is refused, so a typo cannot reshape a topic."""
         validation.validate_send_topic(topic)
@@ -80,7 +80,7 @@ class Admin:
         return self.topics.get(topic) or wanted, True
 
     async def update_topic(self, topic: str, queues: int | None = None, message_type: str | None = None,
-                           permission: int | None = None) -> TopicConfig:
+                           permission: pb.Permission | None = None) -> TopicConfig:
         validation.validate_send_topic(topic)
         config = self._topic(topic)
         changes: dict[str, object] = {}
@@ -207,7 +207,7 @@ def _type(message_type: str) -> str:
     return name
 
 
-def _perm(permission: int) -> int:
+def _perm(permission: pb.Permission) -> int:
     if permission not in PERMISSIONS:
         raise BrokerError(pb.BAD_REQUEST, f"permission {permission} is not one of NONE, READ, WRITE, READ_WRITE")
     return PERMISSIONS[permission]

@@ -23,7 +23,7 @@ from rpcgen.pydledger.admin.v1 import admin_pb2 as apb
 from rpcgen.pydledger.admin.v1 import admin_pb2_grpc
 
 MESSAGE_TYPES = ("normal", "fifo", "delay", "transaction", "mixed")
-PERMISSIONS = {"none": pb.NONE, "read": pb.READ, "write": pb.WRITE, "read_write": pb.READ_WRITE, "rw": pb.READ_WRITE}
+PERMISSIONS: dict[str, pb.Permission] = {"none": pb.NONE, "read": pb.READ, "write": pb.WRITE, "read_write": pb.READ_WRITE, "rw": pb.READ_WRITE}
 
 
 @dataclass(frozen=True)
@@ -79,13 +79,13 @@ class QueueLag:
         return dict(self.__dict__)
 
 
-def message_type_value(name: str) -> int:
+def message_type_value(name: str) -> apb.TopicMessageType:
     if name.lower() not in MESSAGE_TYPES:
         raise ValueError(f"message type {name!r} is not one of {', '.join(MESSAGE_TYPES)}")
     return apb.TopicMessageType.Value(name.upper())
 
 
-def permission_value(name: str) -> int:
+def permission_value(name: str) -> pb.Permission:
     try:
         return PERMISSIONS[name.lower().replace("-", "_")]
     except KeyError:

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 class BaseClient:
-    client_type: int = pb.CLIENT_TYPE_UNSPECIFIED
+    client_type: pb.ClientType = pb.CLIENT_TYPE_UNSPECIFIED
 
     def __init__(self, servers: str | Iterable[str] | ClientConfig, **config: Any) -> None:
         self.config = ClientConfig.of(servers, **config)

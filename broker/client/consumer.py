@@ -189,8 +189,8 @@ class SimpleConsumer(BaseClient):
         handle = await connection.call("ChangeInvisibleDuration", attempt)
         if handle:
             message.receipt_handle = handle
-        seconds = invisible_duration if isinstance(invisible_duration, timedelta) else timedelta(seconds=invisible_duration)
-        message.invisible_duration = seconds
+        message.invisible_duration = (invisible_duration if isinstance(invisible_duration, timedelta)
+                                      else timedelta(seconds=invisible_duration))
         return message
 
     async def ack_call(self, topic: str, entries: list[spb.AckMessageEntry]) -> dict[str, ClientError | None]:
@@ -272,7 +272,8 @@ class _AckBatcher:
     def _drain(self) -> None:
         while self._queue and self._inflight < MAX_INFLIGHT_ACKS:
             topic = self._queue[0].topic
-            batch, kept = [], deque()
+            batch: list[_PendingAck] = []
+            kept: deque[_PendingAck] = deque()
             while self._queue and len(batch) < self.max_entries:
                 pending = self._queue.popleft()
                 (batch if pending.topic == topic else kept).append(pending)

@@ -43,7 +43,7 @@ class Message:
     delay: float | timedelta | None = None
 
     @property
-    def message_type(self) -> int:
+    def message_type(self) -> pb.MessageType:
         if self.message_group is not None:
             return pb.FIFO
         if self.delivery_time is not None or self.delay is not None:
@@ -92,7 +92,7 @@ class ReceivedMessage:
 # ---------------------------------------------------------------- to the wire
 
 def to_protocol(message: Message, message_id: str, namespace: str = "",
-                message_type: int | None = None, now: float | None = None) -> pb.Message:
+                message_type: pb.MessageType | None = None, now: float | None = None) -> pb.Message:
     now = time.time() if now is None else now
     system = pb.SystemProperties(message_id=message_id, body_encoding=pb.IDENTITY,
                                  message_type=message_type or message.message_type,

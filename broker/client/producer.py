@@ -127,7 +127,7 @@ class Producer(BaseClient):
         return Transaction(self)
 
     # ------------------------------------------------------------ plumbing
-    def _pending(self, message: Message, message_type: int | None = None) -> PendingSend:
+    def _pending(self, message: Message, message_type: pb.MessageType | None = None) -> PendingSend:
         self.require_started()
         self.check(message)
         wire = to_protocol(message, _ids.next_id(), self.config.namespace, message_type)

@@ -37,6 +37,10 @@ class OffsetPolicy(enum.IntEnum):
     TIMESTAMP = pb.TIMESTAMP
 
 
+_POLICIES: dict[OffsetPolicy, pb.QueryOffsetPolicy] = {
+    OffsetPolicy.BEGINNING: pb.BEGINNING, OffsetPolicy.END: pb.END, OffsetPolicy.TIMESTAMP: pb.TIMESTAMP}
+
+
 @dataclass(frozen=True)
 class PullResult:
     messages: list[ReceivedMessage]
@@ -140,7 +144,7 @@ class PullConsumer(BaseClient):
         message stored at or after `timestamp` (TIMESTAMP)."""
         self.require_started()
         request = spb.QueryOffsetRequest(message_queue=await self._queue(topic, queue_id),
-                                         query_offset_policy=int(policy))
+                                         query_offset_policy=_POLICIES[policy])
         if policy == OffsetPolicy.TIMESTAMP:
             if timestamp is None:
                 raise BadRequestError(pb.BAD_REQUEST, "a TIMESTAMP query needs a timestamp")

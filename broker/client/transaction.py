@@ -44,6 +44,11 @@ class TransactionResolution(enum.IntEnum):
 TransactionChecker = Callable[[ReceivedMessage], "TransactionResolution | Awaitable[TransactionResolution]"]
 
 
+_RESOLUTIONS: dict[TransactionResolution, pb.TransactionResolution] = {
+    TransactionResolution.UNKNOWN: pb.TRANSACTION_RESOLUTION_UNSPECIFIED,
+    TransactionResolution.COMMIT: pb.COMMIT, TransactionResolution.ROLLBACK: pb.ROLLBACK}
+
+
 @dataclass(frozen=True)
 class HalfMessage:
     topic: str
@@ -105,10 +110,10 @@ class Transaction:
 
 
 async def end_transaction(producer: "Producer", half: HalfMessage, resolution: TransactionResolution,
-                          source: int) -> None:
+                          source: pb.TransactionSource) -> None:
     connection = producer.connection
     request = spb.EndTransactionRequest(topic=connection.resource(half.topic), message_id=half.message_id,
-                                        transaction_id=half.transaction_id, resolution=int(resolution),
+                                        transaction_id=half.transaction_id, resolution=_RESOLUTIONS[resolution],
                                         source=source)
 
     async def attempt(address: str) -> None:
