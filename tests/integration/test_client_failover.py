@@ -12,9 +12,11 @@ from collections import Counter
 
 import pytest
 
-from broker.client import AckError, AdminClient, ClientError, Message, Producer, SendReceipt, SimpleConsumer
+from broker.client import (AckError, AdminClient, ClientError, Message, Producer, ReceivedMessage, SendReceipt,
+                           SimpleConsumer, TransactionResolution)
 from cluster.process_cluster import ProcessCluster
-from tests.integration.broker_cluster import SPARSE_FILES, is_served, leader_of, servers, stored_messages
+from dledger.client import DLedgerClient
+from tests.integration.broker_cluster import SPARSE_FILES, is_served, leader_of, require_served, servers, stored_messages
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -117,3 +119,30 @@ async def test_producers_and_a_consumer_go_on_across_a_leader_sigkill(cluster):
         pytest.skip("sends checked; the broker does not serve ReceiveMessage yet")
     never_received = set(acked) - set(traffic.deliveries)
     assert never_received == set(), f"{len(never_received)} acknowledged messages never reached the consumer"
+
+
+async def test_a_check_back_finds_the_producer_after_leadership_moves(cluster):
+    """The broker keeps a producer's session where its Telemetry stream ends;
+    after a leadership transfer the old leader lives on as a follower, so the
+    producer must notice and move its stream to the new leader."""
+    await require_served(cluster, "EndTransaction")
+    async with AdminClient(servers(cluster)) as admin:
+        await admin.create_topic("Moved", 1, "transaction")
+    asked: list[str] = []
+
+    def checker(message: ReceivedMessage) -> TransactionResolution:
+        asked.append(message.message_id)
+        return TransactionResolution.COMMIT
+
+    async with Producer(servers(cluster), ["Moved"], checker=checker, transaction_recovery_s=2,
+                        heartbeat_interval_s=0.5) as producer:
+        leader = await leader_of(cluster)
+        successor = next(n for n in cluster.ids if n != leader)
+        async with DLedgerClient(list(cluster.addresses.values())) as client:
+            await client.leadership_transfer(successor)
+        receipt = await producer.begin_transaction().send(Message("Moved", b"undecided"))
+        deadline = time.monotonic() + 30
+        while not asked and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert producer.telemetry.address == cluster.addresses[successor]
+    assert asked == [receipt.message_id]
