@@ -61,13 +61,14 @@ def _decode(body: bytes) -> MessageExt | None:
 
 
 async def is_served(cluster: ProcessCluster, method: str) -> bool:
-    """Whether the broker serves `method` yet (RPCs land from other branches;
-    one not served answers gRPC UNIMPLEMENTED)."""
+    """Whether the broker serves `method` yet (RPCs land from other branches)."""
     address = next(iter(cluster.addresses.values()))
     async with grpc.aio.insecure_channel(address) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         request = getattr(spb, f"{method}Request")()
-        call = getattr(stub, method)(request, metadata=[("x-mq-client-id", "probe")], timeout=10)
+        # wait_for_ready: a node still starting must answer, not look like "served".
+        call = getattr(stub, method)(request, metadata=[("x-mq-client-id", "probe")], timeout=30,
+                                     wait_for_ready=True)
         try:
             if hasattr(call, "__aiter__"):
                 async for _ in call:
@@ -75,7 +76,9 @@ async def is_served(cluster: ProcessCluster, method: str) -> bool:
             else:
                 await call
         except grpc.aio.AioRpcError as error:
-            return error.code() != grpc.StatusCode.UNIMPLEMENTED
+            # grpc.aio answers a unary method the servicer lacks with UNKNOWN
+            # ("Unexpected NotImplementedError"), a streaming one with UNIMPLEMENTED.
+            return error.code() != grpc.StatusCode.UNIMPLEMENTED and "NotImplementedError" not in (error.details() or "")
     return True
 
 
