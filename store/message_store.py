@@ -88,8 +88,6 @@ class MessageStore:
         self._writes_open = asyncio.Event()
         self._writes_open.set()
         self.snapshots = MetadataSnapshotHandler(self.managers)
-        self._snapshot_term = -1
-        self._snapshot_at = 0.0
         self._persist_lock = asyncio.Lock()
         self._extra_handlers: list[SystemEntryHandler] = []
         self._extra_listeners: list[ArrivalListener] = []
@@ -139,9 +137,10 @@ class MessageStore:
             self.reput.register(handler)
         self.reput.listeners.extend(self._extra_listeners)
         # The log keeps what the store has not durably derived yet, and the
-        # latest metadata snapshot (none yet: nothing may go).
+        # latest metadata snapshot (while there is metadata but no snapshot
+        # of it yet, nothing may go).
         self.server.retention_floors.append(lambda: self.checkpoint.applied_index + 1)
-        self.server.retention_floors.append(lambda: max(self.snapshots.last_index, 0))
+        self.server.retention_floors.append(self._snapshot_floor)
         log.info("message store %s: %s, %d ConsumeQueues (%d units past the committed log dropped), "
                  "applying from entry %d (committed %d)", config.store_dir,
                  "recovering after a crash" if crashed else "clean start", len(queues), dropped,
@@ -272,15 +271,25 @@ class MessageStore:
         return ready_from
 
     async def _maybe_snapshot_metadata(self) -> None:
-        """On the leader: a snapshot when its term starts, then every interval."""
-        ms = self.server.member_state
+        """On the leader: a snapshot when metadata changed since the last one,
+        and (so that retention can release the segment holding the last one)
+        when the last is older than the interval. None while there is no
+        metadata at all."""
         if self.server.leader_ready_from() is None:
             return
-        now = asyncio.get_running_loop().time()
-        if ms.term == self._snapshot_term and now - self._snapshot_at < self.config.metadata_snapshot_interval_s:
+        changed_at = max(manager.applied_index for manager in self.managers)
+        if changed_at < 0:
             return
-        if await self.write_metadata_snapshot():
-            self._snapshot_term, self._snapshot_at = ms.term, now
+        now = asyncio.get_running_loop().time()
+        stale = now - self.snapshots.applied_at >= self.config.metadata_snapshot_interval_s
+        if changed_at > self.snapshots.last_index or stale:
+            await self.write_metadata_snapshot()
+
+    def _snapshot_floor(self) -> int:
+        if self.snapshots.last_index >= 0:
+            return self.snapshots.last_index
+        has_metadata = max(manager.applied_index for manager in self.managers) >= 0
+        return 0 if has_metadata else self.server.store.ledger_end_index + 1
 
     async def write_metadata_snapshot(self) -> bool:
         """Append every manager's state as of the entry before the snapshot.

@@ -14,6 +14,7 @@ later gains what it missed. Retention never deletes the latest snapshot.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Sequence
 
 from store.config_manager import ConfigManager
@@ -34,9 +35,11 @@ class MetadataSnapshotHandler:
     def __init__(self, managers: Sequence[ConfigManager]) -> None:
         self.managers = managers
         self.last_index = -1
+        self.applied_at = time.monotonic()  # when this node last applied one (or started)
 
     def apply(self, index: int, kind: int, payload: dict[str, Any]) -> None:
         self.last_index = max(self.last_index, index)
+        self.applied_at = time.monotonic()
         states = payload.get("managers", {})
         for manager in self.managers:
             state = states.get(manager.file_name)

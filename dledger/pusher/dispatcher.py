@@ -365,13 +365,25 @@ class EntryDispatcher:
         self.last_push_at = now
         self.last_sent_commit = committed
         request = self._request(pb.COMMIT, committed)
-        asyncio.get_running_loop().create_task(self._send_commit(request))
+        asyncio.get_running_loop().create_task(self._send_commit(request, self.generation))
 
-    async def _send_commit(self, request: pb.PushEntryRequest) -> None:
+    async def _send_commit(self, request: pb.PushEntryRequest, generation: int) -> None:
         try:
-            await self._push(request)
+            response = await self._push(request)
         except (TransportError, DLedgerError):
-            pass  # the next push carries the commit index again
+            return  # the next push carries the commit index again
+        if response is None or generation != self.generation or response.header.code != ResponseCode.SUCCESS:
+            return
+        if response.ledger_end_index < self.acked_index:
+            # It lost entries it had acknowledged (a new disk, or an
+            # unflushed tail in async mode). Without new writes no APPEND
+            # would ever notice (DLedger issue #61): compare again.
+            log.warning("follower %s now ends at %d but had acknowledged %d: back to COMPARE",
+                        self.peer_id, response.ledger_end_index, self.acked_index)
+            self.state = DispatchState.COMPARE
+            self._reset_progress()
+            self.generation = generation + 1
+            self.wakeup.set()
 
     def _next_wakeup(self, now: float) -> float:
         timeouts = [self._commit_push_due(now) or self.config.commit_push_interval_s]

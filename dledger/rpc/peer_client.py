@@ -2,6 +2,8 @@
 over gRPC, one long-lived channel per peer."""
 from __future__ import annotations
 
+import time
+
 import grpc
 
 from dledger.config import DLedgerConfig
@@ -22,16 +24,27 @@ CHANNEL_OPTIONS = [
 ]
 
 
+# A peer unreachable for this long gets a new channel. A channel resolves a
+# host name once and, after failures, retries DNS only after gRPC's own
+# backoff (minutes): a container that comes back from a network cut with a
+# new address would stay unreachable that long. A new channel resolves anew.
+RENEW_FAILING_CHANNEL_AFTER_S = 5.0
+
+
 class GrpcTransport:
     def __init__(self, config: DLedgerConfig) -> None:
+        self._addresses = {p.id: p.address for p in config.peers if p.id != config.self_id}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, dledger_pb2_grpc.DLedgerServiceStub] = {}
-        for peer in config.peers:
-            if peer.id == config.self_id:
-                continue
-            channel = grpc.aio.insecure_channel(peer.address, options=CHANNEL_OPTIONS)
-            self._channels[peer.id] = channel
-            self._stubs[peer.id] = dledger_pb2_grpc.DLedgerServiceStub(channel)
+        self._failing_since: dict[str, float] = {}
+        self._retired: list[grpc.aio.Channel] = []
+        for peer_id in self._addresses:
+            self._open(peer_id)
+
+    def _open(self, peer_id: str) -> None:
+        channel = grpc.aio.insecure_channel(self._addresses[peer_id], options=CHANNEL_OPTIONS)
+        self._channels[peer_id] = channel
+        self._stubs[peer_id] = dledger_pb2_grpc.DLedgerServiceStub(channel)
 
     def _stub(self, peer_id: str) -> dledger_pb2_grpc.DLedgerServiceStub:
         stub = self._stubs.get(peer_id)
@@ -39,25 +52,38 @@ class GrpcTransport:
             raise TransportError(f"no channel to {peer_id!r}")
         return stub
 
-    async def _call(self, method, request, timeout: float):  # noqa: ANN001, ANN202
+    async def _call(self, peer_id: str, method_name: str, request, timeout: float):  # noqa: ANN001, ANN202
         try:
-            return await method(request, timeout=timeout)
+            response = await getattr(self._stub(peer_id), method_name)(request, timeout=timeout)
         except grpc.aio.AioRpcError as e:
+            self._note_failure(peer_id)
             raise TransportError(f"{e.code().name}: {e.details()}") from None
+        self._failing_since.pop(peer_id, None)
+        return response
+
+    def _note_failure(self, peer_id: str) -> None:
+        now = time.monotonic()
+        since = self._failing_since.setdefault(peer_id, now)
+        if now - since >= RENEW_FAILING_CHANNEL_AFTER_S:
+            # Calls still in flight on the old channel finish or fail there;
+            # it is closed with the others at the end.
+            self._retired.append(self._channels[peer_id])
+            self._open(peer_id)
+            self._failing_since[peer_id] = now
 
     async def vote(self, peer_id: str, request: pb.VoteRequest, timeout: float) -> pb.VoteResponse:
-        return await self._call(self._stub(peer_id).Vote, request, timeout)
+        return await self._call(peer_id, "Vote", request, timeout)
 
     async def heartbeat(self, peer_id: str, request: pb.HeartBeatRequest, timeout: float) -> pb.HeartBeatResponse:
-        return await self._call(self._stub(peer_id).HeartBeat, request, timeout)
+        return await self._call(peer_id, "HeartBeat", request, timeout)
 
     async def push(self, peer_id: str, request: pb.PushEntryRequest, timeout: float) -> pb.PushEntryResponse:
-        return await self._call(self._stub(peer_id).Push, request, timeout)
+        return await self._call(peer_id, "Push", request, timeout)
 
     async def leadership_transfer(self, peer_id: str, request: pb.LeadershipTransferRequest,
                                   timeout: float) -> pb.LeadershipTransferResponse:
-        return await self._call(self._stub(peer_id).LeadershipTransfer, request, timeout)
+        return await self._call(peer_id, "LeadershipTransfer", request, timeout)
 
     async def close(self) -> None:
-        for channel in self._channels.values():
+        for channel in [*self._channels.values(), *self._retired]:
             await channel.close()

@@ -12,8 +12,10 @@ from dledger.member_state import Role
 from dledger.rpc.inmemory import InMemoryNetwork
 from dledger.server import DLedgerServer
 
-FAST = dict(heartbeat_interval_s=0.02, election_timeout_min_s=0.1, election_timeout_max_s=0.2,
-            rpc_timeout_s=0.3, push_timeout_s=0.3, follower_gap_timeout_s=0.3, max_wait_ack_s=2.0,
+# Fast, but not twitchy: three nodes share one event loop here, and on a loaded
+# machine a loop stall of a couple of hundred ms is ordinary.
+FAST = dict(heartbeat_interval_s=0.04, election_timeout_min_s=0.3, election_timeout_max_s=0.6,
+            rpc_timeout_s=0.5, push_timeout_s=0.5, follower_gap_timeout_s=0.5, max_wait_ack_s=2.0,
             commit_push_interval_s=0.1, data_file_size=64 * 1024, index_file_size=32 * 1024,
             checkpoint_interval_s=0.5, retention_check_interval_s=3600.0,
             leadership_transfer_timeout_s=2.0, preallocate=False, max_entry_size=16 * 1024)

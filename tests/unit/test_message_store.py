@@ -64,9 +64,6 @@ async def test_a_put_is_pulled_back_with_dense_offsets_and_its_position(cluster:
 
 
 async def test_every_replica_derives_identical_queues_index_and_metadata(cluster: StoreCluster):
-    # The leader writes a metadata snapshot when its term starts; let it land
-    # everywhere first, so that the comparison below is not racing it.
-    await cluster.wait_snapshot()
     await cluster.create_topic("T", queues=3)
     store = await cluster.leader_store()
     await store.update_group(SubscriptionGroupConfig("g1", retry_max_times=3))
@@ -74,16 +71,24 @@ async def test_every_replica_derives_identical_queues_index_and_metadata(cluster
         await store.put_messages([message("T", os.urandom(300), queue_id=i % 3, tags=f"tag{i % 2}",
                                           keys=f"k{round_}-{i}") for i in range(40)])
     await store.commit_offsets([("g1", "T", 0, 7), ("g1", "T", 2, 3)])
-    await cluster.wait_applied()
-    for s in cluster.stores.values():
-        await s.flush()
-        await s.persist_configs(force=True)
     dirs = {n: s.config.store_dir for n, s in cluster.stores.items()}
+    names = ("topics.json", "subscriptionGroup.json", "consumerOffset.json")
+    for _ in range(20):
+        # The leader may write a metadata snapshot at any moment: compare once
+        # every replica has applied the same entries.
+        await cluster.wait_applied()
+        for s in cluster.stores.values():
+            await s.flush()
+            await s.persist_configs(force=True)
+        contents = {name: {n: json.load(open(os.path.join(d, "config", name))) for n, d in dirs.items()}
+                    for name in names}
+        if all(c["n0"] == c["n1"] == c["n2"] for c in contents.values()):
+            break
+        await asyncio.sleep(0.2)
+    for name, by_node in contents.items():
+        assert by_node["n0"] == by_node["n1"] == by_node["n2"], name
     queues = {n: tree(os.path.join(d, "consumequeue")) for n, d in dirs.items()}
     assert queues["n0"] == queues["n1"] == queues["n2"] and queues["n0"]
-    for name in ("topics.json", "subscriptionGroup.json", "consumerOffset.json"):
-        contents = {n: json.load(open(os.path.join(d, "config", name))) for n, d in dirs.items()}
-        assert contents["n0"] == contents["n1"] == contents["n2"], name
     answers = {n: [m.body for m in s.query_messages("T", "k3-7", 10, 0, 2**62)] for n, s in cluster.stores.items()}
     assert answers["n0"] == answers["n1"] == answers["n2"] and len(answers["n0"]) == 1
     assert all(s.offsets.query("g1", "T", 0) == 7 for s in cluster.stores.values())
@@ -267,3 +272,38 @@ async def test_a_crash_image_recovers_queues_that_never_point_past_the_committed
             assert all(u.phys_offset < end for u in recovered.consume_queues.get("T", 0).get(0, 1000).units)
     finally:
         await crashed.stop()
+
+
+async def test_a_node_with_a_new_disk_learns_topics_from_a_snapshot_after_retention(tmp_path):
+    c = StoreCluster(str(tmp_path), data_file_size=16 * 1024, max_entry_size=8 * 1024, retention_s=0.0,
+                     retention_check_interval_s=0.2, store={"clean_interval_s": 0.2})
+    await c.start()
+    try:
+        await c.create_topic("T", queues=1)
+        store = await c.leader_store()
+        created_at = store.topics.applied_index
+        for _ in range(12):
+            await store.put_messages([message("T", os.urandom(1000)) for _ in range(4)])
+        assert await store.write_metadata_snapshot()
+        for _ in range(8):
+            await store.put_messages([message("T", os.urandom(1000)) for _ in range(4)])
+        leader = await c.wait_leader()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while c.servers[leader].store.ledger_begin_index <= created_at and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        assert c.servers[leader].store.ledger_begin_index > created_at, "retention kept the topic's entry"
+        victim = next(n for n in c.servers if n != leader)
+        await c.stop(victim)
+        shutil.rmtree(c.configs[victim].data_dir)      # a new disk
+        await c.start(victim)
+        await c.wait_applied(timeout=10)
+        fresh = c.stores[victim]
+        assert fresh.topics.get("T") is not None and fresh.topics.get("T").write_queue_nums == 1
+        first = fresh.min_offset("T", 0)
+        assert first > 0
+        got = fresh.get_messages("T", 0, first, 1000).messages
+        assert [m.queue_offset for m in got] == list(range(first, fresh.max_offset("T", 0)))
+        assert got == store.get_messages("T", 0, first, 1000).messages
+    finally:
+        await c.stop()

@@ -265,3 +265,18 @@ async def test_a_follower_that_briefly_lost_its_leader_keeps_following_the_commi
         await asyncio.sleep(0.01)
     assert follower.member_state.term == term
     assert follower.member_state.committed_index >= target, "the commit index stayed behind"
+
+
+async def test_a_follower_that_lost_its_disk_is_caught_up_without_new_writes(cluster: Cluster):
+    import shutil
+    leader = await cluster.wait_leader()
+    for i in range(20):
+        await cluster.servers[leader].append([b"before %d" % i])
+    await cluster.wait_converged()
+    victim = next(n for n in cluster.servers if n != leader)
+    await cluster.stop(victim)
+    shutil.rmtree(cluster.configs[victim].data_dir)
+    await cluster.start(victim)
+    # No append from here on: DLedger itself would leave it empty (its issue #61).
+    await cluster.wait_converged()
+    assert cluster.log_of(victim) == cluster.log_of(leader)
