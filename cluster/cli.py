@@ -11,6 +11,7 @@ they print (issue 2), so both stay exactly as documented:
     dledger read --servers ... [--from ID] [--start I] [--end J] --json
     dledger bench append --servers ... --size BYTES --inflight K --duration SECONDS [--batch B] --json
     dledger leader transfer --servers ... --to ID
+    dledger replay (--data-dir DIR | --servers ...) --out DIR [--json] [--master URL]
 
 Exit codes: 0 success, 1 a failure (message on stderr), 2 a usage error.
 """
@@ -179,6 +180,15 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group))
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    # Imported here: Spark is an optional extra and slow to import.
+    try:
+        from spark.replay_command import run_command
+    except ImportError as error:
+        return fail("replay", f"{error}; install the Spark extra: pip install 'pydledger[spark]'")
+    return run_command(args)
+
+
 def fail(command: str, message: str, code: int = 1) -> int:
     print(f"dledger {command}: error: {message}", file=sys.stderr, flush=True)
     return code
@@ -283,7 +293,20 @@ def build_parser() -> argparse.ArgumentParser:
     transfer.add_argument("--to", required=True, metavar="ID")
     transfer.set_defaults(run=cmd_leader_transfer)
     broker_cli.add_broker_commands(commands)
+
+    replay = commands.add_parser("replay", help="replay the committed log with Spark and check the broker's queues")
+    _add_replay_arguments(replay)
+    replay.set_defaults(run=cmd_replay)
     return parser
+
+
+def _add_replay_arguments(parser: argparse.ArgumentParser) -> None:
+    try:
+        from spark.replay_command import add_arguments
+    except ImportError:  # without the Spark extra the command still parses, then explains
+        parser.add_argument("rest", nargs=argparse.REMAINDER)
+        return
+    add_arguments(parser)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -294,7 +317,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.run is cmd_bench_append and args.duration <= 0:
         parser.error("bench append: --duration must be positive")
     broker_cli.check_usage(parser, args)
-    if args.run in (cmd_node, cmd_cluster_up):
+    if args.run in (cmd_node, cmd_cluster_up, cmd_replay):
         return args.run(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")

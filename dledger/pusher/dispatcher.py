@@ -264,6 +264,19 @@ class EntryDispatcher:
         self.on_ack()
 
     # --------------------------------------------------------------- APPEND
+    def push_now(self) -> None:
+        """The leader just wrote entries: send them from here, in the append
+        path, rather than after this dispatcher's task wakes (one event-loop
+        turn less for every append). Anything unusual is left to the task."""
+        ms = self.member_state
+        if self.state is DispatchState.APPEND and self.term == ms.term and ms.is_leader and \
+                self.clock.now() >= self.backoff_until:
+            try:
+                self._send_batches(self.clock.now())
+            except DLedgerError:
+                pass  # the task meets the same problem, and handles it
+        self.wakeup.set()
+
     async def _append_step(self) -> None:
         now = self.clock.now()
         self._check_push_timeout(now)

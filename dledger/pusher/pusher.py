@@ -260,7 +260,7 @@ class DLedgerEntryPusher:
             self._checker_wakeup.set()
         self._flush_wakeup.set()
         for dispatcher in self.dispatchers.values():
-            dispatcher.wakeup.set()
+            dispatcher.push_now()
 
     # ------------------------------------------------------------- the tasks
     async def _leader_flusher(self) -> None:

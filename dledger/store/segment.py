@@ -49,7 +49,10 @@ class Segment:
         """Create the file at full size. With `preallocate` the blocks are
         reserved now (posix_fallocate), so a full disk fails here, at the roll,
         rather than in the middle of an entry."""
-        path = os.path.join(directory, segment_name(start))
+        return cls.create_at(os.path.join(directory, segment_name(start)), start, size, preallocate)
+
+    @classmethod
+    def create_at(cls, path: str, start: int, size: int, preallocate: bool) -> "Segment":
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             _allocate(fd, size, preallocate)

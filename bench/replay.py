@@ -1,0 +1,244 @@
+"""Spark replay benchmark (issue 6). Prints one JSON line per result.
+
+    python -m bench.replay [--corpus DIR] [--mib 1024] [--skip-tuples] [--skip-streaming]
+
+1. The corpus, made once and reused (kept in --corpus): 1 GiB of committed
+   1 KiB RocketMQ messages in a node's files, written by DLedger's own file
+   store with the bodies the commit log writes (codec layout, queue offsets,
+   physical offsets patched in the append hook), committed and checkpointed.
+2. raw_read: the data segments read with the scan's preads, nothing decoded:
+   the limit. python_scan / python_decode: one core, no Spark: entry walk with
+   CRCs, then decoding into Arrow batches.
+3. spark_arrow / spark_tuples: `spark.read.format("dledger")` into an
+   aggregate over every column, local[2], warm session (the best of two
+   runs), with RecordBatches (the default) and with row-by-row tuples.
+4. stream_latency: three node processes; a streaming query in live mode with
+   a 0.2 s trigger; time from an append's commit acknowledgement to the row
+   appearing in a micro-batch, p50 and max over 10 appends.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from dledger.config import DLedgerConfig, PeerAddress
+from dledger.store.file_store import DLedgerFileStore
+from store.codec import MessageExt, encode, patch_offsets
+from store.socket_address import SocketAddress
+
+BODY_BYTES = 1024
+TOPICS = ("BenchOrders", "BenchPayments")
+QUEUES = 4
+APPEND_BATCH = 2000
+
+
+def make_corpus(directory: str, mib: int) -> dict[str, Any]:
+    """Write about `mib` MiB of committed log once; later runs reuse it."""
+    marker = os.path.join(directory, "corpus.json")
+    if os.path.exists(marker):
+        return json.loads(Path(marker).read_text())
+    config = DLedgerConfig(self_id="n0", peers=(PeerAddress("n0", "127.0.0.1", 1),), data_dir=directory,
+                           preallocate=False)
+    store = DLedgerFileStore(config)
+    store.open()
+    offsets = {(t, q): 0 for t in TOPICS for q in range(QUEUES)}
+    host = SocketAddress("127.0.0.1", 10911)
+    started = time.monotonic()
+    count = 0
+    while store.write_position < mib << 20:
+        bodies = []
+        for i in range(count, count + APPEND_BATCH):
+            topic, queue = TOPICS[i % len(TOPICS)], (i // len(TOPICS)) % QUEUES
+            message = MessageExt(topic=topic, body=os.urandom(16) * (BODY_BYTES // 16), queue_id=queue,
+                                 queue_offset=offsets[(topic, queue)], born_timestamp=1_700_000_000_000 + i,
+                                 store_timestamp=1_700_000_000_001 + i, born_host=host, store_host=host,
+                                 properties={"TAGS": f"tag{i % 5}", "KEYS": f"order-{i} user-{i % 97}",
+                                             "UNIQ_KEY": f"01{i:032X}"})
+            offsets[(topic, queue)] += 1
+            bodies.append(bytearray(encode(message)))
+
+        def place(positions: list[int], batch: list[bytearray] = bodies) -> None:
+            for body, pos in zip(batch, positions):  # what DLedgerCommitLog's append hook does
+                patch_offsets(body, int.from_bytes(body[20:28], "big"), pos + 48)
+        store.append_as_leader(bodies, term=1, prepare=place)
+        count += len(bodies)
+    store.set_committed_index(store.ledger_end_index)
+    store.close()
+    info = {"messages": count, "log_bytes": store.write_position, "committed_index": store.ledger_end_index,
+            "generate_s": round(time.monotonic() - started, 1)}
+    Path(marker).write_text(json.dumps(info))
+    return info
+
+
+def emit(name: str, seconds: float, rows: int, log_bytes: int, **extra: Any) -> None:
+    # The machine is shared: the load average says how much of it we had.
+    print(json.dumps({"bench": name, "seconds": round(seconds, 3), "rows": rows,
+                      "rows_per_s": round(rows / seconds), "mb_per_s": round(log_bytes / seconds / 1e6, 1),
+                      **extra, "load_avg_1m": round(os.getloadavg()[0], 1)}), flush=True)
+
+
+class Clock:
+    """Wall and CPU time of this process since start."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.monotonic(), time.process_time()
+
+    def cpu_seconds(self) -> float:
+        return round(time.process_time() - self.cpu, 3)
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.wall
+
+
+def bench_python(corpus: str, info: dict[str, Any]) -> None:
+    from spark.entry_scan import raw_read_bytes, scan_file_range
+    from spark.log_files import LogFiles
+    from spark.partitions import plan_file_ranges
+    from spark.row_builder import record_batches
+
+    files = LogFiles.locate(corpus)
+    clock = Clock()
+    total = 0
+    for segment in files.data:  # the log's bytes, not the preallocated rest of the last segment
+        total += raw_read_bytes(segment.path, limit=info["log_bytes"] - total)
+    emit("raw_read", clock.seconds(), info["messages"], total, cpu_s=clock.cpu_seconds(),
+         note="pread of the log's bytes (page cache warm)")
+    ranges = plan_file_ranges(files, 0, info["committed_index"], 128 << 20)
+    clock = Clock()
+    scanned = sum(1 for part in ranges for _ in scan_file_range(part))
+    emit("python_scan", clock.seconds(), scanned, info["log_bytes"], cpu_s=clock.cpu_seconds(),
+         note="one core: entry walk, body and chain CRCs")
+    clock = Clock()
+    rows = 0
+    for part in ranges:
+        entries = ((e[0], e[1], e[2], e[4]) for e in scan_file_range(part) if e[3] == 1)
+        rows += sum(batch.num_rows for batch in record_batches(entries))
+    emit("python_decode", clock.seconds(), rows, info["log_bytes"], cpu_s=clock.cpu_seconds(),
+         note="one core: scan plus decoding into Arrow RecordBatches")
+
+
+def process_tree_cpu_seconds(root_pid: int) -> float:
+    """CPU time of a process and all its descendants, living or reaped (via
+    their parents' children times): what Spark's JVM and its Python workers
+    used, whatever else the shared machine was running."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+    total, pending = 0.0, [root_pid]
+    while pending:
+        pid = pending.pop()
+        total += times.get(pid, 0.0)
+        pending.extend(child for child, parent in parents.items() if parent == pid)
+    return total
+
+
+def bench_spark(corpus: str, info: dict[str, Any], decodes: tuple[str, ...]) -> None:
+    from spark.session import build_session
+
+    spark = build_session("local[2]", app_name="bench-replay")
+    try:
+        for decode in decodes:
+            df = spark.read.format("dledger").option("decode", decode).load(corpus)
+            query = df.selectExpr("count(*) AS rows", "sum(length(body)) AS body_bytes", "max(index)",
+                                  "count(distinct topic)", "sum(size(properties))", "sum(size(keys))",
+                                  "max(store_timestamp)", "sum(length(message_id))", "sum(queue_offset)")
+            jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+            times, cpus = [], []
+            for _ in range(2):
+                started, cpu = time.monotonic(), process_tree_cpu_seconds(jvm)
+                result = query.first()
+                times.append(time.monotonic() - started)
+                cpus.append(process_tree_cpu_seconds(jvm) - cpu)
+            assert result["rows"] == info["messages"], result
+            best = times.index(min(times))
+            emit(f"spark_{decode}", times[best], result["rows"], info["log_bytes"],
+                 partitions=df.rdd.getNumPartitions(), runs_s=[round(t, 2) for t in times],
+                 spark_cpu_s=round(cpus[best], 1), rows_per_cpu_s=round(result["rows"] / cpus[best]),
+                 note="JVM and Python workers' CPU seconds; on 2 idle cores at most twice rows_per_cpu_s")
+    finally:
+        spark.stop()
+
+
+def bench_stream_latency(appends: int = 10) -> None:
+    from cluster.process_cluster import ProcessCluster, find_leader
+    from dledger.client import DLedgerClient
+    from spark.session import build_session
+
+    base = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    # Small, sparse files: the default 1 GiB segments would be preallocated for a few entries.
+    cluster = ProcessCluster(base, extra_args=["--data-file-size", str(4 << 20), "--index-file-size", str(1 << 20),
+                                               "--preallocate", "false"])
+    cluster.start()
+    servers = ",".join(cluster.addresses.values())
+    seen: dict[int, float] = {}
+    lock = threading.Lock()
+
+    def on_batch(batch: Any, batch_id: int) -> None:
+        now = time.monotonic()
+        with lock:
+            for row in batch.select("index").collect():
+                seen.setdefault(row["index"], now)
+
+    loop = asyncio.new_event_loop()
+    client = DLedgerClient(servers)
+    spark = build_session("local[2]", app_name="bench-stream")
+    try:
+        loop.run_until_complete(find_leader(client, list(cluster.addresses.values())))
+        query = spark.readStream.format("dledger").option("servers", servers).option("startingOffsets", "latest") \
+            .load().writeStream.foreachBatch(on_batch).trigger(processingTime="0.2 seconds").start()
+        time.sleep(8)  # the first micro-batches start the Python workers
+        latencies = []
+        for i in range(appends):
+            result = loop.run_until_complete(client.append([b"latency-%d" % i]))
+            committed_at = time.monotonic()
+            while result.last_index not in seen and time.monotonic() - committed_at < 30:
+                time.sleep(0.01)
+            latencies.append(seen.get(result.last_index, float("inf")) - committed_at)
+            time.sleep(0.3)
+        query.stop()
+        print(json.dumps({"bench": "stream_latency", "mode": "live (servers)", "trigger_s": 0.2,
+                          "appends": appends, "p50_s": round(statistics.median(latencies), 3),
+                          "max_s": round(max(latencies), 3)}), flush=True)
+    finally:
+        spark.stop()
+        loop.run_until_complete(client.close())
+        loop.close()
+        cluster.stop_all()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", default=os.path.join(tempfile.gettempdir(), "pydledger-replay-corpus"))
+    parser.add_argument("--mib", type=int, default=1024, help="corpus size (default 1024 = 1 GiB)")
+    parser.add_argument("--skip-tuples", action="store_true")
+    parser.add_argument("--skip-streaming", action="store_true")
+    args = parser.parse_args()
+    info = make_corpus(args.corpus, args.mib)
+    print(json.dumps({"bench": "corpus", "path": args.corpus, **info}), flush=True)
+    bench_python(args.corpus, info)
+    bench_spark(args.corpus, info, ("arrow",) if args.skip_tuples else ("arrow", "tuples"))
+    if not args.skip_streaming:
+        bench_stream_latency()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The PySpark data source `dledger`: committed log entries as a DataFrame.
+
+    spark.dataSource.register(DLedgerDataSource)
+    spark.read.format("dledger").load("/var/lib/dledger/n0")                 # a node's files
+    spark.read.format("dledger").option("servers", "h1:20911,h2:20911").load()  # a running group
+    spark.readStream.format("dledger").option("servers", ...).load()         # new commits as they come
+
+Only entries at or below the committed index are ever returned: for files,
+the committedIndex in the node's checkpoint; live, the leader's committed
+index when the query is planned. The columns are in spark/schema.py, the
+options in spark/options.py.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from spark.log_files import LogFilesError
+from spark.log_source import committed_log, read_partition
+from spark.options import SourceOptions
+from spark.schema import SCHEMA
+
+FORMAT = "dledger"
+
+
+class DLedgerDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return DLedgerBatchReader(SourceOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from spark.stream_reader import DLedgerStreamReader
+
+        return DLedgerStreamReader(SourceOptions.parse(self.options))
+
+
+class DLedgerBatchReader(DataSourceReader):
+    """Plans once, on the driver: the committed index is read then, so the
+    ranges (and the query's result) are fixed whatever is committed later."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        log = committed_log(self.options)
+        begin, committed = log.bounds()
+        first = begin if self.options.start_index is None else self.options.start_index
+        if first < begin:
+            raise LogFilesError(f"startIndex {first} is below the first entry still in the log ({begin}); "
+                                f"retention deleted the entries before it")
+        last = committed if self.options.end_index is None else min(self.options.end_index, committed)
+        if first > last:
+            return []
+        return log.plan(first, last)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple]:
+        return read_partition(partition, self.options.topics, self.options.arrow)

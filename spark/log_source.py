@@ -1,0 +1,88 @@
+"""Where the rows come from: a node's files or a running group, behind one
+small interface the batch and the stream reader share.
+
+    bounds()          (begin index, committed index) now
+    plan(first, last) input partitions covering entries first..last
+    read(partition)   RecordBatches of one partition (runs on executors)
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from dledger.entry import MAGIC_NORMAL
+from spark.entry_scan import scan_file_range
+from spark.live_log import committed_bounds, live_entries
+from spark.log_files import LogFiles, LogFilesError
+from spark.options import SourceOptions
+from spark.partitions import FileRange, LiveRange, plan_file_ranges, plan_live_ranges, segment_spans
+from spark.row_builder import record_batches, record_tuples, scanned_record_batches
+
+
+class CommittedLog(Protocol):
+    def bounds(self) -> tuple[int, int]: ...
+
+    def plan(self, first_index: int, last_index: int) -> Sequence[InputPartition]: ...
+
+
+class FileLog:
+    """A node's data dir (or a copy of its segments), looked at afresh on
+    every call: a running node keeps adding segments and moving its checkpoint."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        assert options.path is not None
+        self.options = options
+
+    def files(self) -> LogFiles:
+        return LogFiles.locate(self.options.path or "", self.options.node_id)
+
+    def bounds(self) -> tuple[int, int]:
+        files = self.files()
+        spans = segment_spans(files)
+        committed = files.committed_index
+        if committed is None:
+            if self.options.end_index is None:
+                raise LogFilesError(f"{files.base_dir} has no checkpoint, so which entries are committed is "
+                                    f"unknown; give the last committed index as the endIndex option")
+            committed = self.options.end_index
+        begin = spans[0].first_index if spans else committed + 1
+        return begin, committed
+
+    def plan(self, first_index: int, last_index: int) -> list[FileRange]:
+        return plan_file_ranges(self.files(), first_index, last_index, self.options.max_partition_bytes)
+
+
+class LiveLog:
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def bounds(self) -> tuple[int, int]:
+        return committed_bounds(self.options.servers, self.options.group)
+
+    def plan(self, first_index: int, last_index: int) -> list[LiveRange]:
+        return plan_live_ranges(self.options.servers, self.options.group, first_index, last_index,
+                                self.options.entries_per_partition)
+
+
+def committed_log(options: SourceOptions) -> CommittedLog:
+    return LiveLog(options) if options.live else FileLog(options)
+
+
+def read_partition(partition: InputPartition, topics: frozenset[str] | None,
+                   arrow: bool = True) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
+    """The rows of one partition; what an executor runs."""
+    if isinstance(partition, FileRange):
+        if arrow:
+            return scanned_record_batches(scan_file_range(partition), topics)
+        entries = ((index, term, pos, body) for index, term, pos, magic, body in scan_file_range(partition)
+                   if magic == MAGIC_NORMAL)
+    elif isinstance(partition, LiveRange):
+        entries = live_entries(partition)
+    elif type(partition) is InputPartition and partition.value is None:
+        return iter(())  # Spark's stand-in when planning found nothing to read
+    else:
+        raise TypeError(f"not a dledger partition: {partition!r}")
+    return record_batches(entries, topics) if arrow else record_tuples(entries, topics)

@@ -1,0 +1,76 @@
+"""Producing committed data for the Spark tests with the real parts: node
+processes and their RocketMQ protocol, or in-process MessageStores on real
+DLedgerServers (tests/unit/store_harness.py)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+import grpc
+
+from dledger.store.properties import read_properties
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
+
+METADATA = [("x-mq-client-id", "spark-test@1")]
+
+
+@dataclass(frozen=True)
+class Sent:
+    message_id: str
+    topic: str
+    body: bytes
+    tag: str
+    keys: tuple[str, ...]
+    queue_offset: int
+
+
+def rocketmq_message(topic: str, body: bytes, tag: str, keys: list[str]) -> pb.Message:
+    properties = pb.SystemProperties(message_id="01" + uuid.uuid4().hex.upper(), born_host="127.0.0.1",
+                                     tag=tag, keys=keys, message_type=pb.NORMAL)
+    return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=properties)
+
+
+async def send_messages(address: str, topic: str, count: int, batch: int = 50) -> list[Sent]:
+    """Send `count` messages through the RocketMQ 5 protocol, `batch` per call."""
+    sent: list[Sent] = []
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        for start in range(0, count, batch):
+            messages = [rocketmq_message(topic, b"%s-%d-" % (topic.encode(), i) + os.urandom(400), f"tag{i % 3}",
+                                         [f"k{i}", f"order-{i % 7}"]) for i in range(start, min(count, start + batch))]
+            answer = await stub.SendMessage(spb.SendMessageRequest(messages=messages), metadata=METADATA, timeout=20)
+            assert answer.status.code == pb.OK, answer.status.message
+            for message, entry in zip(messages, answer.entries):
+                props = message.system_properties
+                sent.append(Sent(entry.message_id, topic, message.body, props.tag, tuple(props.keys), entry.offset))
+    return sent
+
+
+def checkpoint_committed_index(node_dir: str, node_id: str) -> int:
+    """-1 until the node has written its first checkpoint."""
+    path = os.path.join(node_dir, f"dledger-{node_id}", "checkpoint")
+    return int(read_properties(path)["committedIndex"]) if os.path.exists(path) else -1
+
+
+def wait_for_checkpoint(node_dir: str, node_id: str, index: int, timeout: float = 15.0) -> int:
+    """A running node records its committed index every few seconds: wait for `index`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        committed = checkpoint_committed_index(node_dir, node_id)
+        if committed >= index:
+            return committed
+        time.sleep(0.1)
+    raise AssertionError(f"{node_dir}: checkpoint did not reach index {index} within {timeout}s")
+
+
+_LOOP = asyncio.new_event_loop()
+
+
+def run(coroutine):  # noqa: ANN001, ANN201 - a tiny sync bridge for sync Spark tests
+    """One loop for the whole test process: gRPC's asyncio support binds to the first loop it sees."""
+    return _LOOP.run_until_complete(coroutine)
