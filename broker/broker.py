@@ -2,6 +2,7 @@
 BrokerController, less the start-up, which cluster/node.py does)."""
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from broker import validation
@@ -9,9 +10,13 @@ from broker.clients import ClientRegistry
 from broker.config import BrokerConfig
 from broker.errors import BrokerError
 from broker.forwarding import LeaderForwarder
+from broker.leadership import LeaderGate
 from broker.send import SendService
+from broker.timer.service import TimerService
 from broker.topics import TopicService
+from broker.transaction.service import TransactionService
 from dledger.server import DLedgerServer
+from dledger.tasks import start_task
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from store.message_store import MessageStore
 from store.subscription_group import SubscriptionGroupConfig
@@ -25,14 +30,27 @@ class Broker:
         self.store = store
         self.server = server
         self.topics = TopicService(config, store)
-        self.sender = SendService(config, store, self.topics)
         self.clients = ClientRegistry(config)
+        gate = LeaderGate(server, store)
+        # Both register state machines with the store: built before it starts.
+        self.timers = TimerService(config, store, self.topics, gate)
+        self.transactions = TransactionService(config, store, self.topics, self.clients, gate)
+        self.sender = SendService(config, store, self.topics, self.timers, self.transactions)
         self.forwarder = LeaderForwarder(server, config)
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
+        # On every node; each acts only while its node leads (broker/leadership.py).
+        self._tasks = [start_task(self.timers.run(), "TimerDeliverer"),
+                       start_task(self.transactions.run(), "TransactionChecker")]
+        for task in self._tasks:
+            task.add_done_callback(_report_death)
         log.info("broker %s serving, endpoints %s", self.config.broker_name, ",".join(self.config.endpoints))
 
     async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.forwarder.close()
 
     async def ensure_group(self, group: str) -> SubscriptionGroupConfig:
@@ -47,3 +65,10 @@ class Broker:
             await self.store.update_group(config)
             log.info("created consumer group %s", group)
         return config
+
+
+def _report_death(task: asyncio.Task[None]) -> None:
+    """A broker task ends only when cancelled; anything else stops timers or
+    checks on this node and must be seen, not swallowed at shutdown."""
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("%s stopped: %r", task.get_name(), task.exception(), exc_info=task.exception())

@@ -1,4 +1,8 @@
-"""BrokerConfig: the messaging layer's tunables, each default explained once."""
+"""BrokerConfig: the messaging layer's tunables, each default explained once.
+
+A node takes them from the `[broker]` table of its TOML file (keys are these
+field names; cluster/config.py), except the name and endpoints, which follow
+from the DLedger group and its peers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,3 +31,30 @@ class BrokerConfig:
     # Message ids remembered for send retries (a producer retries with the
     # same id; a repeat is answered with the original receipt).
     dedupe_capacity: int = 200_000
+
+    # ------------------------------------------------- delayed and timed messages
+    # The furthest a delivery timestamp may lie ahead (ProxyConfig.maxDelayTimeMills, 1 day).
+    max_delay_s: float = 86400.0
+    # RocketMQ's delay levels 1..18 (MessageStoreConfig.messageDelayLevel); a
+    # level above the last means the last.
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    # Due messages moved to their topics per append: one put carries many, so
+    # a burst of timers due together costs a few round trips, not thousands.
+    timer_batch_size: int = 256
+
+    # ------------------------------------------------------------- transactions
+    # When a half message is first checked back if its producer named no
+    # orphaned_transaction_recovery_duration (BrokerConfig.transactionTimeOut, 6 s).
+    transaction_timeout_s: float = 6.0
+    # Between two check-backs of one half message (BrokerConfig.transactionCheckInterval, 30 s).
+    transaction_check_interval_s: float = 30.0
+    # Check-backs before an undecided half message is rolled back (transactionCheckMax).
+    transaction_check_max: int = 15
+    # A producer's recovery duration is capped here (ProxyConfig.maxTransactionRecoverySecond, 1 h).
+    max_transaction_recovery_s: float = 3600.0
+    # A half message still undecided this long after it was stored is rolled
+    # back even if fewer checks reached a producer (the 5.x documentation's
+    # maximum half-message lifetime, 4 h): only checks a connected producer
+    # was sent count toward transaction_check_max, so without this a half
+    # whose producer never comes back would wait forever.
+    transaction_max_lifetime_s: float = 4 * 3600.0

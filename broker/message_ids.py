@@ -23,6 +23,9 @@ class StoredMessage:
     queue_id: int
     queue_offset: int
     physical_offset: int
+    # Where it was stored: its own topic, or a timer or half-message topic
+    # (the receipt of a repeat then carries the recall handle or transaction id).
+    topic: str = ""
 
 
 class MessageIdTable:
@@ -38,7 +41,7 @@ class MessageIdTable:
         if not message_id:
             return
         self._table[(request.topic, message_id)] = StoredMessage(
-            request.queue_id, request.queue_offset, request.physical_offset)
+            request.queue_id, request.queue_offset, request.physical_offset, request.topic)
         if len(self._table) > self.capacity:
             self._table.popitem(last=False)
 

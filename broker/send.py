@@ -6,14 +6,18 @@ message group hashes to, so that one group's messages stay in one queue in
 send order. A repeated message id (a producer's retry) is answered with the
 original receipt (broker/message_ids.py); while the first attempt is still
 being committed, the repeat waits for it.
+
+Delayed and transactional messages are stored elsewhere first (a timer topic,
+the half topic; broker/timer/, broker/transaction/): their receipts carry a
+recall handle or a transaction id, a repeat's too.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 import zlib
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Sequence
 
 from broker import validation
@@ -22,7 +26,11 @@ from broker.errors import BrokerError
 from broker.message_ids import MessageIdTable, StoredMessage
 from broker.messages import message_type_of, timestamp_ms, to_stored
 from broker.status import ok, status_of
+from broker.timer.service import TimerService
+from broker.timer.state import TIMER_TOPICS
 from broker.topics import TopicService
+from broker.transaction.service import TransactionService
+from broker.transaction.state import HALF_TOPIC
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from store.codec import MessageExt
@@ -40,11 +48,15 @@ class _Pending:
 
 
 class SendService:
-    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicService) -> None:
+    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicService, timers: TimerService,
+                 transactions: TransactionService) -> None:
         self.config = config
         self.store = store
         self.topics = topics
-        self.limits = validation.ValidationLimits(max_body_bytes=config.max_body_size)
+        self.timers = timers
+        self.transactions = transactions
+        self.limits = validation.ValidationLimits(max_body_bytes=config.max_body_size,
+                                                  max_delay=timedelta(seconds=config.max_delay_s))
         self.recent = MessageIdTable(config.dedupe_capacity)
         store.add_arrival_listener(self.recent.on_arrival)
         self._sending: dict[tuple[str, str], asyncio.Future[StoredMessage]] = {}
@@ -61,11 +73,7 @@ class SendService:
             self.validate(message)
         config = await self.topics.ensure_for_send(topic)
         for message in messages:
-            message_type = message_type_of(message)
-            self.topics.check_type(config, message_type)
-            if message_type in (pb.DELAY, pb.TRANSACTION):
-                raise BrokerError(pb.NOT_IMPLEMENTED, f"{pb.MessageType.Name(message_type)} messages are not "
-                                                      "served by this broker yet")
+            self.topics.check_type(config, self.message_type(message))
         entries = await self._store(config, messages)
         failed = next((entry.status for entry in entries if entry.status.code != pb.OK), None)
         return spb.SendMessageResponse(status=failed or ok(), entries=entries)
@@ -80,35 +88,71 @@ class SendService:
         validation.validate_keys(list(system.keys))
         if system.HasField("message_group"):
             validation.validate_message_group(system.message_group, limits)
-        validation.validate_user_properties(message.user_properties, system.tag, list(system.keys), limits)
-        validation.validate_message_type(system)
+        user = dict(message.user_properties)
+        level = user.pop(validation.DELAY_LEVEL_PROPERTY, None)
+        validation.validate_user_properties(user, system.tag, list(system.keys), limits)
+        if level is not None:
+            validation.validate_delay_level(level, self.timers.levels.max_level)
+        validation.validate_message_type(system, has_delay_level=level is not None)
         if system.HasField("delivery_timestamp"):
             validation.validate_delivery_timestamp(timestamp_ms(system.delivery_timestamp),
-                                                   int(time.time() * 1000), limits)
+                                                   self.timers.clock(), limits)
+
+    def delay_level(self, message: pb.Message) -> int | None:
+        """The 4.x-style delay level the message carries (validated), if any."""
+        text = message.user_properties.get(validation.DELAY_LEVEL_PROPERTY)
+        return None if text is None else validation.validate_delay_level(text, self.timers.levels.max_level)
+
+    def message_type(self, message: pb.Message) -> int:
+        if validation.DELAY_LEVEL_PROPERTY in message.user_properties:
+            return pb.DELAY
+        return message_type_of(message)
+
+    def _stored_form(self, config: TopicConfig, message: pb.Message, now_ms: int) -> MessageExt:
+        stored = to_stored(message, self._queue_for(config, message))
+        level = self.delay_level(message)
+        if level is not None or message.system_properties.HasField("delivery_timestamp"):
+            return self.timers.to_timer_message(stored, level, now_ms)
+        if self.message_type(message) == pb.TRANSACTION:
+            return self.transactions.to_half_message(stored, message)
+        return stored
 
     # ------------------------------------------------------------------ store
     async def _store(self, config: TopicConfig, messages: Sequence[pb.Message]) -> list[spb.SendResultEntry]:
         entries: list[spb.SendResultEntry | None] = [None] * len(messages)
         repeats: list[tuple[int, asyncio.Future[StoredMessage]]] = []
         fresh: list[_Pending] = []
+        now = self.timers.clock()
         for i, message in enumerate(messages):
-            key = (config.topic_name, message.system_properties.message_id)
-            known = self.recent.get(*key)
+            message_id = message.system_properties.message_id
+            key = (config.topic_name, message_id)
+            stored = self._stored_form(config, message, now)
+            # A timer due by the time of a retry goes straight to its topic: look in both.
+            known = self.recent.get(stored.topic, message_id)
+            if known is None and stored.topic != config.topic_name:
+                known = self.recent.get(*key)
             if known is not None:
-                entries[i] = _receipt(message, known)
+                entries[i] = self._receipt(message, known, config.topic_name)
             elif key in self._sending:
                 repeats.append((i, self._sending[key]))
             else:
-                fresh.append(_Pending(i, message, to_stored(message, self._queue_for(config, message)), key))
+                fresh.append(_Pending(i, message, stored, key))
         if fresh:
+            await self._ensure_internal_topics({p.stored.topic for p in fresh})
             await self._put(fresh, entries)
         for i, waiting in repeats:
             try:
-                entries[i] = _receipt(messages[i], await asyncio.shield(waiting))
+                entries[i] = self._receipt(messages[i], await asyncio.shield(waiting), config.topic_name)
             except Exception as error:  # noqa: BLE001 - the first attempt's failure is this one's too
                 entries[i] = spb.SendResultEntry(status=status_of(error),
                                                  message_id=messages[i].system_properties.message_id)
         return [entry for entry in entries if entry is not None]
+
+    async def _ensure_internal_topics(self, topics: set[str]) -> None:
+        for topic in topics & TIMER_TOPICS:
+            await self.timers.ensure_topic(topic)
+        if HALF_TOPIC in topics:
+            await self.transactions.ensure_topic()
 
     async def _put(self, fresh: list[_Pending], entries: list[spb.SendResultEntry | None]) -> None:
         loop = asyncio.get_running_loop()
@@ -128,9 +172,23 @@ class SendService:
             for key in futures:
                 self._sending.pop(key, None)
         for p, result in zip(fresh, results):
-            stored = StoredMessage(result.queue_id, result.queue_offset, result.physical_offset)
+            stored = StoredMessage(result.queue_id, result.queue_offset, result.physical_offset, p.stored.topic)
             futures[p.key].set_result(stored)
-            entries[p.request_index] = _receipt(p.message, stored)
+            entries[p.request_index] = self._receipt(p.message, stored, p.key[0], result.message_id)
+
+    def _receipt(self, message: pb.Message, stored: StoredMessage, topic: str,
+                 offset_message_id: str | None = None) -> spb.SendResultEntry:
+        message_id = message.system_properties.message_id
+        entry = spb.SendResultEntry(status=ok(), message_id=message_id, offset=max(stored.queue_offset, 0))
+        if stored.topic == topic:
+            # Our extension field (the protocol's receipt has no queue); a
+            # timer or a half message has no queue of its topic yet.
+            entry.queue_id = stored.queue_id
+        if stored.topic in TIMER_TOPICS:
+            entry.recall_handle = self.timers.recall_handle(topic, stored.physical_offset, message_id)
+        elif stored.topic == HALF_TOPIC:
+            entry.transaction_id = offset_message_id or self.transactions.transaction_id_of(stored.physical_offset)
+        return entry
 
     def _queue_for(self, config: TopicConfig, message: pb.Message) -> int:
         count = config.write_queue_nums
@@ -142,8 +200,3 @@ class SendService:
             return zlib.crc32(system.message_group.encode("utf-8")) % count
         counter = self._round_robin.setdefault(config.topic_name, itertools.count())
         return next(counter) % count
-
-
-def _receipt(message: pb.Message, stored: StoredMessage) -> spb.SendResultEntry:
-    return spb.SendResultEntry(status=ok(), message_id=message.system_properties.message_id,
-                              offset=stored.queue_offset, queue_id=stored.queue_id)

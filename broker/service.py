@@ -115,6 +115,27 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                     context: grpc.aio.ServicerContext) -> spb.SendMessageResponse:
         return await self.broker.sender.send(list(request.messages))
 
+    async def RecallMessage(self, request: spb.RecallMessageRequest, context: grpc.aio.ServicerContext
+                            ) -> spb.RecallMessageResponse:
+        return await self._unary("RecallMessage", request, context, spb.RecallMessageResponse, self._recall)
+
+    async def _recall(self, request: spb.RecallMessageRequest, client_id: str,
+                      context: grpc.aio.ServicerContext) -> spb.RecallMessageResponse:
+        validation.validate_topic(request.topic.name)
+        message_id = await self.broker.timers.recall(request.topic.name, request.recall_handle)
+        return spb.RecallMessageResponse(status=ok(), message_id=message_id)
+
+    # ---------------------------------------------------------- transactions
+    async def EndTransaction(self, request: spb.EndTransactionRequest, context: grpc.aio.ServicerContext
+                             ) -> spb.EndTransactionResponse:
+        return await self._unary("EndTransaction", request, context, spb.EndTransactionResponse,
+                                 self._end_transaction)
+
+    async def _end_transaction(self, request: spb.EndTransactionRequest, client_id: str,
+                               context: grpc.aio.ServicerContext) -> spb.EndTransactionResponse:
+        await self.broker.transactions.end(request)
+        return spb.EndTransactionResponse(status=ok())
+
     # ------------------------------------------------------------- telemetry
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
                         context: grpc.aio.ServicerContext) -> AsyncIterator[spb.TelemetryCommand]:

@@ -89,7 +89,12 @@ RESERVED_PROPERTY_KEYS = frozenset({
     "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS",
     "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS",
     "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP",
+    # Ours: a producer setting it could mark someone's timer as delivered.
+    "TIMER_ORIGIN_OFFSET",
 })
+# The one reserved name a producer may set: a 4.x-style delay level (what
+# Message.setDelayTimeLevel writes), validated as one.
+DELAY_LEVEL_PROPERTY = "DELAY"
 # A 5.x client's id: version 01 and 16 bytes in hex (34 characters); 4.x
 # clients' UNIQ_KEY: 16 bytes in hex (32 characters).
 MESSAGE_ID_PATTERN = re.compile(r"^(01)?[0-9A-Fa-f]{32}$")
@@ -242,19 +247,29 @@ def validate_body(body: bytes, limits: ValidationLimits = DEFAULT_LIMITS) -> Non
 # ------------------------------------------------------------ message types
 
 
-def validate_message_type(properties: SystemProperties) -> None:
+def validate_message_type(properties: SystemProperties, has_delay_level: bool = False) -> None:
     """The declared type must be the one the message's properties call for.
 
-    A message group makes a FIFO message, a delivery timestamp a DELAY one,
-    a lite topic a LITE one and a priority a PRIORITY one; a NORMAL or
-    TRANSACTION message has none of them. An unspecified type is accepted when
-    the properties call for at most one type.
+    A message group makes a FIFO message, a delivery timestamp or a delay
+    level (the user property DELAY) a DELAY one, a lite topic a LITE one and a
+    priority a PRIORITY one; a NORMAL or TRANSACTION message has none of them.
+    An unspecified type is accepted when the properties call for at most one
+    type. A delay level on a NORMAL message is accepted as DELAY: the official
+    5.x clients call every message without a delivery timestamp NORMAL, so a
+    4.x habit (a DELAY property) could not be sent through them otherwise.
     """
     implied = _implied_types(properties)
+    if has_delay_level:
+        if definition_pb2.DELAY in implied:
+            raise BrokerError(definition_pb2.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                              "a message has a delivery_timestamp and a delay level (DELAY); give one of them")
+        implied.add(definition_pb2.DELAY)
     declared = properties.message_type
     if declared == definition_pb2.MESSAGE_TYPE_UNSPECIFIED:
         conflict = len(implied) > 1
-    elif declared in (definition_pb2.NORMAL, definition_pb2.TRANSACTION):
+    elif declared == definition_pb2.NORMAL:
+        conflict = bool(implied - {definition_pb2.DELAY}) if has_delay_level else bool(implied)
+    elif declared == definition_pb2.TRANSACTION:
         conflict = bool(implied)
     else:
         conflict = implied != {declared}
@@ -262,12 +277,13 @@ def validate_message_type(properties: SystemProperties) -> None:
         found = ", ".join(sorted(_REQUIRED_PROPERTY[t] for t in implied)) or "none of them"
         raise BrokerError(definition_pb2.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                           f"a {MessageType.Name(declared)} message has {found}; FIFO needs message_group, "
-                          "DELAY delivery_timestamp, LITE lite_topic, PRIORITY priority, and only that one")
+                          "DELAY delivery_timestamp (or a delay level), LITE lite_topic, PRIORITY priority, "
+                          "and only that one")
 
 
 _REQUIRED_PROPERTY = {
     definition_pb2.FIFO: "message_group",
-    definition_pb2.DELAY: "delivery_timestamp",
+    definition_pb2.DELAY: "delivery_timestamp or a delay level",
     definition_pb2.LITE: "lite_topic",
     definition_pb2.PRIORITY: "priority",
 }
@@ -290,6 +306,20 @@ def validate_delivery_timestamp(delivery_ms: int, now_ms: int, limits: Validatio
     if delay_ms > max_ms:
         raise BrokerError(definition_pb2.ILLEGAL_DELIVERY_TIME,
                           f"the delivery time is {delay_ms} ms ahead; the maximum delay is {max_ms} ms")
+
+
+def validate_delay_level(text: str, max_level: int) -> int:
+    """A delay level as the DELAY property carries it: an integer from 1; one
+    above `max_level` means `max_level` (RocketMQ clamps the same way)."""
+    try:
+        level = int(text.strip())
+    except ValueError:
+        raise BrokerError(definition_pb2.ILLEGAL_DELIVERY_TIME,
+                          f"the delay level (property DELAY) {text!r} is not an integer 1..{max_level}") from None
+    if level < 1:
+        raise BrokerError(definition_pb2.ILLEGAL_DELIVERY_TIME,
+                          f"the delay level (property DELAY) is {level}; levels are 1..{max_level}")
+    return min(level, max_level)
 
 
 # ---------------------------------------------------------------- consuming

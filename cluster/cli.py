@@ -27,7 +27,7 @@ import sys
 from typing import Any, Awaitable, Callable
 
 from cluster import broker_cli
-from cluster.config import ConfigError, add_node_arguments, config_from_args
+from cluster.config import ConfigError, add_node_arguments, broker_settings_from_args, config_from_args
 from dledger.client import DLedgerClient, parse_servers
 from dledger.errors import DLedgerError
 
@@ -163,11 +163,13 @@ def cmd_node(args: argparse.Namespace) -> int:
 
     try:
         config = config_from_args(args)
+        broker_settings = broker_settings_from_args(args)
     except ConfigError as error:
         return fail("node", str(error), code=2)
     configure_logging(config.self_id, args.log_level)
+    # Flags override the TOML file's [broker] table.
     return asyncio.run(run_node(config, exit_with_parent=args.exit_with_parent,
-                                broker_settings=broker_cli.broker_settings(args)))
+                                broker_settings={**broker_settings, **broker_cli.broker_settings(args)}))
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:

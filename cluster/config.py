@@ -15,6 +15,10 @@ stand for the flags of those names. An empty variable counts as unset; any
 other `DLEDGER_` variable is an error, so that a misspelt one does not go
 unnoticed. Flags override the environment, which overrides the file.
 
+The broker's tunables (broker/config.py, BrokerConfig) go in the file's
+`[broker]` table, by their field names too (`transaction_check_interval_s`,
+`max_delay_s`, ...).
+
 Every problem is a ConfigError with a one-line message naming the key or flag.
 """
 from __future__ import annotations
@@ -28,7 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from broker.config import BrokerConfig
 from dledger.config import DLedgerConfig, FlushMode, PeerAddress, parse_peers
+
+BROKER_TABLE = "broker"
+# Follow from the group and its peers, not from configuration.
+_DERIVED_BROKER_FIELDS = ("broker_name", "endpoints")
 
 
 class ConfigError(ValueError):
@@ -100,6 +109,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
     config_file = getattr(args, "config", None) or env.config_file
     if config_file:
         values.update(load_toml(config_file))
+        values.pop(BROKER_TABLE, None)
     values.update(env.values)
     flag_fields = ["self_id", "peers", "data_dir", "group"] + [f for _, f, _, _ in TUNING_FLAGS]
     for name in flag_fields:
@@ -165,6 +175,29 @@ def env_metrics_port(text: str) -> int:
     if not 0 < port < 65536:
         raise ConfigError(f"{ENV_METRICS_PORT}: {port} is not in 1..65535")
     return port
+
+
+def broker_settings_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
+                              ) -> dict[str, Any]:
+    """The `[broker]` table of the TOML file (--config or DLEDGER_CONFIG),
+    checked and converted to BrokerConfig's field types (empty without a
+    file or a table)."""
+    config_file = getattr(args, "config", None) or (os.environ if environ is None else environ).get(ENV_CONFIG)
+    if not config_file:
+        return {}
+    table = load_toml(config_file).get(BROKER_TABLE, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"[{BROKER_TABLE}] must be a table of BrokerConfig settings")
+    return build_broker_settings(table)
+
+
+def build_broker_settings(table: dict[str, Any]) -> dict[str, Any]:
+    hints = typing.get_type_hints(BrokerConfig)
+    known = {f.name for f in dataclasses.fields(BrokerConfig)} - set(_DERIVED_BROKER_FIELDS)
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(f"unknown broker setting {unknown[0]!r} (settings are BrokerConfig field names)")
+    return {name: convert(f"{BROKER_TABLE}.{name}", value, hints[name]) for name, value in table.items()}
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.service import MessagingServicer
 from cluster.metrics import NodeMetrics
+from dledger.tasks import set_crash_handler
 from dledger.config import DLedgerConfig
 from dledger.rpc.peer_client import GrpcTransport
 from dledger.rpc.service import DLedgerServicer
@@ -186,10 +187,22 @@ async def run_node(config: DLedgerConfig, exit_with_parent: int | None = None,
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, _on_signal, signum, stop)
     node = Node(config, broker_settings=broker_settings)
+    crashed: list[str] = []
+
+    def fail_stop(task_name: str, error: BaseException) -> None:
+        # A loop of the node died (logged with its traceback where it died):
+        # stop, and exit non-zero, rather than serve half a node.
+        crashed.append(task_name)
+        stop.set()
+
+    set_crash_handler(fail_stop)
     watcher = asyncio.create_task(_watch_parent(exit_with_parent, stop)) if exit_with_parent else None
     try:
         await node.start()
         await stop.wait()
+        if crashed:
+            log.critical("stopping: task %s died", ", ".join(crashed))
+            return 1
         return 0
     except NodeStartError as error:
         log.error("%s", error)

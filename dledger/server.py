@@ -24,6 +24,7 @@ from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
 from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
 from dledger.store.file_store import AppendHook, DLedgerFileStore
 from dledger.store.properties import write_atomic
+from dledger.tasks import start_task
 from dledger.transport import Transport
 from rpcgen import dledger_pb2 as pb
 
@@ -69,10 +70,9 @@ class DLedgerServer:
         self.pusher.load_producers(self._producers_path)
         self._producers_snapshot_index = self.pusher.producers.applied_index
         self.pusher.start()
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self.elector.run(), name="DLedgerLeaderElector"),
-                       loop.create_task(self._checkpointer(), name="Checkpointer"),
-                       loop.create_task(self._retention(), name="CleanSpaceService")]
+        self._tasks = [start_task(self.elector.run(), "DLedgerLeaderElector"),
+                       start_task(self._checkpointer(), "Checkpointer"),
+                       start_task(self._retention(), "CleanSpaceService")]
         self.started = True
         log.info("node %s started: term %d, ledger [%d, %d], committed %d", self.config.self_id,
                  self.member_state.term, self.store.ledger_begin_index, self.store.ledger_end_index,

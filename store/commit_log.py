@@ -140,7 +140,7 @@ class DLedgerCommitLog:
         except DLedgerError as error:
             if self.log.write_position == written_from:
                 self._next_offsets = before  # nothing written: the offsets are free again
-            raise _store_error(error) from None
+            raise store_error(error) from None
         return [PutResult(create_offset_message_id(self.store_host, pos + DLEDGER_HEADER_SIZE),
                           pos + DLEDGER_HEADER_SIZE, message.queue_id, queue_offset, len(body), now, first + i)
                 for i, (message, body, pos, queue_offset)
@@ -155,7 +155,7 @@ class DLedgerCommitLog:
         return offset
 
 
-def _store_error(error: DLedgerError) -> StoreError | DLedgerError:
+def store_error(error: DLedgerError) -> StoreError | DLedgerError:
     """Name a log failure in the store's words (the broker maps these to codes)."""
     code = error.code
     if code in (ResponseCode.NOT_LEADER, ResponseCode.LEADER_NOT_READY, ResponseCode.LEADER_TRANSFERRING,

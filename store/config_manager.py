@@ -24,6 +24,10 @@ class ConfigManager:
 
     file_name = ""
     kinds: frozenset[int] = frozenset()
+    # Whether the leader's metadata snapshots carry this state. False for
+    # state derived from messages the log keeps anyway (pending timers, half
+    # messages: a retention floor holds them), which may be too big for one entry.
+    in_metadata_snapshot = True
 
     def __init__(self, config_dir: str) -> None:
         self.path = os.path.join(config_dir, self.file_name)

@@ -69,6 +69,9 @@ TIMER_OUT_MS: Final = "TIMER_OUT_MS"
 TIMER_DEL_UNIQKEY: Final = "TIMER_DEL_UNIQKEY"
 TIMER_DEL_MS: Final = "TIMER_DEL_MS"
 TIMER_DELAY_LEVEL: Final = "TIMER_DELAY_LEVEL"
+# Ours: on a message a timer delivered, the physical offset of the timer
+# message it came from; applying the copy marks that timer done on every replica.
+TIMER_ORIGIN_OFFSET: Final = "TIMER_ORIGIN_OFFSET"
 BORN_HOST: Final = "__BORNHOST"
 BORN_TIMESTAMP: Final = "BORN_TIMESTAMP"
 CRC32: Final = "__CRC32#"

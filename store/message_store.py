@@ -26,16 +26,18 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from dledger.server import DLedgerServer
+from dledger.tasks import start_task
 from store import codec
 from store.codec import MessageExt
-from store.commit_log import DLEDGER_HEADER_SIZE, DLedgerCommitLog, PutResult
+from dledger.errors import DLedgerError
+from store.commit_log import DLEDGER_HEADER_SIZE, DLedgerCommitLog, PutResult, store_error
 from store.config import MessageStoreConfig
 from store.config_manager import ConfigManager
 from store.consume_queue import GetStatus
 from store.consume_queue_store import ConsumeQueueStore
 from store.consumer_offset import ConsumerOffsetManager, OffsetCommit, offsets_payload
-from store.errors import (MessageDecodeError, MessageTooLargeError, QueueIdError, StoreFailedError,
-                          StoreUnavailableError, TopicNotFoundError)
+from store.errors import (MessageDecodeError, MessageTooLargeError, PutOutcomeUnknownError, QueueIdError,
+                          StoreFailedError, StoreUnavailableError, TopicNotFoundError)
 from store.index_service import IndexService
 from store.metadata_snapshot import MetadataSnapshotHandler, snapshot_payload
 from store.message_id import decode_offset_message_id
@@ -55,6 +57,18 @@ DEFAULT_MAX_PULL_BYTES = 4 << 20
 READY_POLL_S = 0.005
 # How often the leader checks whether a metadata snapshot is due.
 SNAPSHOT_CHECK_S = 1.0
+
+
+async def _in_thread(function: Any, *args: Any) -> None:
+    """Run file work in a thread; when the caller is cancelled (shutdown
+    stopping a periodic flush), wait for the thread before giving up its lock,
+    or the final flush would write the same temp files at the same time."""
+    work = asyncio.ensure_future(asyncio.to_thread(function, *args))
+    try:
+        await asyncio.shield(work)
+    except asyncio.CancelledError:
+        await work
+        raise
 
 
 @dataclass
@@ -91,6 +105,10 @@ class MessageStore:
         self._persist_lock = asyncio.Lock()
         self._extra_handlers: list[SystemEntryHandler] = []
         self._extra_listeners: list[ArrivalListener] = []
+        # The applied index the managers' files last covered together: the
+        # checkpoint never claims more, so a restart replays whatever the
+        # files lack (they are rewritten less often than the checkpoint).
+        self._configs_cover = -1
         self.started = False
 
     # ============================================================== lifecycle
@@ -133,6 +151,7 @@ class MessageStore:
                      log_store.ledger_begin_index - 1)
         self.reput = ReputMessageService(self.server, queues, self.index, self.commit_log.min_physical_offset,
                                          resume, config.reput_batch_bytes)
+        self._configs_cover = resume
         for handler in [*self.managers, self.snapshots, *self._extra_handlers]:
             self.reput.register(handler)
         self.reput.listeners.extend(self._extra_listeners)
@@ -145,15 +164,12 @@ class MessageStore:
                  "applying from entry %d (committed %d)", config.store_dir,
                  "recovering after a crash" if crashed else "clean start", len(queues), dropped,
                  resume + 1, self.commit_log.committed_index)
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self.reput.run(), name="ReputMessageService"),
-                       loop.create_task(self._every(config.flush_interval_s, self.flush), name="FlushConsumeQueue"),
-                       loop.create_task(self._every(config.config_persist_interval_s, self.persist_configs),
-                                        name="PersistConfigs"),
-                       loop.create_task(self._every(config.clean_interval_s, self.clean_expired),
-                                        name="CleanConsumeQueue"),
-                       loop.create_task(self._every(SNAPSHOT_CHECK_S, self._maybe_snapshot_metadata),
-                                        name="MetadataSnapshot")]
+        self._tasks = [
+            start_task(self.reput.run(), "ReputMessageService"),
+            start_task(self._every(config.flush_interval_s, self.flush), "FlushConsumeQueue"),
+            start_task(self._every(config.config_persist_interval_s, self.persist_configs), "PersistConfigs"),
+            start_task(self._every(config.clean_interval_s, self.clean_expired), "CleanConsumeQueue"),
+            start_task(self._every(SNAPSHOT_CHECK_S, self._maybe_snapshot_metadata), "MetadataSnapshot")]
         self.started = True
 
     async def shutdown(self) -> None:
@@ -163,8 +179,9 @@ class MessageStore:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.flush()
+        # Configs first: the checkpoint written next may then cover everything applied.
         await self.persist_configs(force=True)
+        await self.flush()
         assert self.consume_queues is not None
         self.consume_queues.close()
         if self.index is not None:
@@ -191,11 +208,14 @@ class MessageStore:
     async def _flush_once(self) -> None:
         reput, queues = self._require_started()
         progress = reput.progress
-        applied, timestamp = progress.applied_index, progress.last_store_timestamp
+        # A restart resumes after the checkpoint's entry, and the managers
+        # resume from their files: the checkpoint must not pass what the
+        # files hold, or entries between the two would never reach them.
+        applied, timestamp = min(progress.applied_index, self._configs_cover), progress.last_store_timestamp
         confirm = self.commit_log.committed_end()
-        await asyncio.to_thread(self._flush_files)
+        await _in_thread(self._flush_files)
         checkpoint = StoreCheckpoint(timestamp, timestamp, timestamp, confirm, confirm, applied)
-        await asyncio.to_thread(checkpoint.save, self._checkpoint_path)
+        await _in_thread(checkpoint.save, self._checkpoint_path)
         self.checkpoint = checkpoint
 
     def _flush_files(self) -> None:
@@ -206,10 +226,14 @@ class MessageStore:
 
     async def persist_configs(self, force: bool = False) -> None:
         async with self._persist_lock:
-            for manager in self.managers:
-                snapshot = manager.snapshot(force)
+            # Every snapshot is taken before the first write yields the loop,
+            # so together they hold exactly the entries up to `covered`.
+            covered = self.applied_index
+            snapshots = [(manager, manager.snapshot(force)) for manager in self.managers]
+            for manager, snapshot in snapshots:
                 if snapshot is not None:
-                    await asyncio.to_thread(manager.write, *snapshot)
+                    await _in_thread(manager.write, *snapshot)
+            self._configs_cover = max(self._configs_cover, covered)
 
     async def clean_expired(self) -> None:
         """Drop ConsumeQueue files and index files below the log's first entry."""
@@ -317,10 +341,14 @@ class MessageStore:
         """Write a system entry and wait until this node has applied it, so the
         caller reads its effect at once. Returns its index."""
         await self._ready_for_writes()
-        index, _, _ = await self.server.append([encode_system_entry(kind, payload)])
+        try:
+            index, _, _ = await self.server.append([encode_system_entry(kind, payload)])
+        except DLedgerError as error:
+            raise store_error(error) from None
         assert self.reput is not None
         if not await self.reput.wait_applied(index, self.server.config.max_wait_ack_s):
-            raise StoreUnavailableError(f"system entry {index} is committed but not applied here in time")
+            # Committed, so it takes effect; the caller just cannot read it here yet.
+            raise PutOutcomeUnknownError(f"system entry {index} is committed but not applied here in time")
         return index
 
     async def update_topic(self, config: TopicConfig) -> None:
@@ -430,6 +458,12 @@ class MessageStore:
             else:
                 high = middle
         return low
+
+    async def wait_applied(self, index: int, timeout: float) -> bool:
+        """Wait until this node has applied entries up to `index` (what a put
+        wrote is then in the derived state); False on timeout."""
+        reput = self._require_started()[0]
+        return await reput.wait_applied(index, timeout)
 
     @property
     def applied_index(self) -> int:

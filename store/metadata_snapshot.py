@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 
 def snapshot_payload(managers: Sequence[ConfigManager]) -> dict[str, Any]:
-    return {"managers": {manager.file_name: manager.encode() for manager in managers}}
+    return {"managers": {manager.file_name: manager.encode() for manager in managers
+                         if manager.in_metadata_snapshot}}
 
 
 class MetadataSnapshotHandler:

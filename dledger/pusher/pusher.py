@@ -25,6 +25,7 @@ from dledger.pusher.dispatcher import EntryDispatcher
 from dledger.pusher.handler import EntryHandler
 from dledger.producer_table import AppendedRange, ProducerTable, decode_mark, encode_mark
 from dledger.pusher.quorum import PendingAppend, QuorumAckChecker
+from dledger.tasks import start_task
 from dledger.transport import Transport
 from dledger.waiting import wait_event
 
@@ -64,9 +65,9 @@ class DLedgerEntryPusher:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         for peer, dispatcher in self.dispatchers.items():
-            self._tasks.append(loop.create_task(dispatcher.run(), name=f"EntryDispatcher-{peer}"))
-        self._tasks.append(loop.create_task(self._quorum_ack_checker(), name="QuorumAckChecker"))
-        self._tasks.append(loop.create_task(self._leader_flusher(), name="LeaderFlusher"))
+            self._tasks.append(start_task(dispatcher.run(), f"EntryDispatcher-{peer}"))
+        self._tasks.append(start_task(self._quorum_ack_checker(), "QuorumAckChecker"))
+        self._tasks.append(start_task(self._leader_flusher(), "LeaderFlusher"))
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -1,0 +1,187 @@
+"""TimerState: the timers not yet delivered, derived from the committed log on
+every replica (RocketMQ keeps delayOffset.json and the timer wheel's files per
+broker; here the state is a function of the log, snapshotted to timers.json).
+
+Inputs, in log order:
+- a message stored in a timer topic: a new timer, due at its TIMER_DELIVER_MS
+  (or, for a level message without one, its store time + the level's delay);
+- a message carrying TIMER_ORIGIN_OFFSET: the copy a leader delivered; the
+  timer at that offset is done (when the message ids agree);
+- a TIMER_CANCEL system entry: recalled timers, and timers whose topic or
+  stored message is gone.
+
+The deliverer asks `due(now)`, a plain method: which timers to deliver next.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+from dataclasses import astuple, dataclass
+from enum import IntEnum
+from typing import Any, Iterable
+
+from broker.timer.levels import DelayLevels
+from store import message_const as mc
+from store.codec import DispatchRequest
+from store.config_manager import ConfigManager
+
+log = logging.getLogger(__name__)
+
+# RocketMQ's topics for level messages (queue = level - 1) and for timed ones.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+TIMER_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC})
+
+
+class TimerKind(IntEnum):
+    """The timer service's system entries (the broker's kinds 120..129)."""
+    CANCEL = 120
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    offset: int       # physical offset of the timer message: its identity on every replica
+    due_ms: int
+    message_id: str
+    topic: str        # where it is delivered
+    queue_id: int
+    index: int        # the timer message's log entry: retention keeps the log from the oldest
+
+
+def cancel_payload(timers: Iterable[Timer], reason: str) -> dict[str, Any]:
+    return {"timers": [[t.offset, t.message_id] for t in timers], "reason": reason}
+
+
+class TimerState(ConfigManager):
+    file_name = "timers.json"
+    kinds = frozenset({TimerKind.CANCEL})
+    # Not in the log's metadata snapshots (millions of timers would not fit
+    # one entry): the log is kept from the oldest pending timer message
+    # instead, so a replica replaying it from its start derives them all.
+    in_metadata_snapshot = False
+
+    def __init__(self, config_dir: str, levels: DelayLevels) -> None:
+        super().__init__(config_dir)
+        self.levels = levels
+        self.pending: dict[int, Timer] = {}
+        # (due, offset) of pending timers, plus stale pairs of timers already
+        # done, dropped lazily: a heap cannot delete from its middle.
+        self._heap: list[tuple[int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def get(self, offset: int) -> Timer | None:
+        return self.pending.get(offset)
+
+    # ---------------------------------------------------------------- inputs
+    def on_arrival(self, request: DispatchRequest, index: int) -> bool:
+        """Apply a committed message; True when it added a timer (the deliverer
+        may need to wake up earlier)."""
+        if index <= self.applied_index:
+            return False  # a replay after a restart: already in this state
+        if request.topic in TIMER_TOPICS:
+            timer = self._timer_of(request, index)
+            if timer is not None:
+                self._add(timer)
+            self.applied_index = index
+            return timer is not None
+        origin = request.properties.get(mc.TIMER_ORIGIN_OFFSET)
+        if origin is not None:
+            self._remove_delivered(origin, request.uniq_key or "")
+            self.applied_index = index
+        return False
+
+    def apply_entry(self, kind: int, payload: dict[str, Any]) -> None:
+        if kind == TimerKind.CANCEL:
+            for offset, message_id in payload["timers"]:
+                timer = self.pending.get(int(offset))
+                if timer is not None and timer.message_id == message_id:
+                    self._remove(timer.offset)
+
+    def _timer_of(self, request: DispatchRequest, index: int) -> Timer | None:
+        properties = request.properties
+        try:
+            if mc.TIMER_DELIVER_MS in properties:
+                due = int(properties[mc.TIMER_DELIVER_MS])
+            else:
+                due = request.store_timestamp + self.levels.delay_ms(int(properties[mc.DELAY_TIME_LEVEL]))
+            return Timer(request.physical_offset, due, request.uniq_key or "", properties[mc.REAL_TOPIC],
+                         int(properties.get(mc.REAL_QUEUE_ID, "0")), index)
+        except (KeyError, ValueError) as error:
+            # Only the broker writes timer topics; a message it cannot read as a
+            # timer stays in the log, undelivered, and says so once.
+            log.error("message at %d in %s is not a timer (%s: %s); it is never delivered",
+                      request.physical_offset, request.topic, type(error).__name__, error)
+            return None
+
+    def _remove_delivered(self, origin: str, message_id: str) -> None:
+        try:
+            offset = int(origin)
+        except ValueError:
+            return
+        timer = self.pending.get(offset)
+        if timer is not None and timer.message_id == message_id:
+            self._remove(offset)
+
+    def _add(self, timer: Timer) -> None:
+        self.pending[timer.offset] = timer
+        heapq.heappush(self._heap, (timer.due_ms, timer.offset))
+
+    def _remove(self, offset: int) -> None:
+        del self.pending[offset]
+        if len(self._heap) > 2 * len(self.pending) + 1024:
+            self._rebuild_heap()  # followers never pop: keep the stale pairs bounded
+
+    def _rebuild_heap(self) -> None:
+        self._heap = [(t.due_ms, t.offset) for t in self.pending.values()]
+        heapq.heapify(self._heap)
+
+    # ------------------------------------------------------------- decisions
+    def due(self, now_ms: int, limit: int, exclude: set[int] | frozenset[int] = frozenset()) -> list[Timer]:
+        """Up to `limit` pending timers due at `now_ms`, earliest first, leaving
+        out `exclude` (timers the leader is already delivering or recalling)."""
+        found: list[tuple[int, int]] = []
+        skipped: list[tuple[int, int]] = []
+        heap = self._heap
+        while heap and len(found) < limit:
+            due, offset = heap[0]
+            timer = self.pending.get(offset)
+            if timer is None or timer.due_ms != due:
+                heapq.heappop(heap)  # stale: delivered or cancelled
+                continue
+            if due > now_ms:
+                break
+            heapq.heappop(heap)
+            (skipped if offset in exclude else found).append((due, offset))
+        for pair in found + skipped:
+            heapq.heappush(heap, pair)
+        return [self.pending[offset] for _, offset in found]
+
+    def oldest_index(self) -> int | None:
+        """The log entry of the oldest pending timer. Timers arrive in log
+        order and the dict keeps insertion order, so it is the first one."""
+        return next(iter(self.pending.values())).index if self.pending else None
+
+    def next_due_ms(self) -> int | None:
+        """When the earliest pending timer is due (None: no timers)."""
+        heap = self._heap
+        while heap:
+            due, offset = heap[0]
+            timer = self.pending.get(offset)
+            if timer is not None and timer.due_ms == due:
+                return due
+            heapq.heappop(heap)
+        return None
+
+    # ------------------------------------------------------------------ file
+    def encode(self) -> dict[str, Any]:
+        return {"timers": [list(astuple(t)) for t in sorted(self.pending.values(), key=lambda t: t.offset)]}
+
+    def decode(self, data: dict[str, Any]) -> None:
+        self.pending = {}
+        # Sorted by offset in the file, which is log order: oldest_index relies on it.
+        for offset, due, message_id, topic, queue_id, index in sorted(data["timers"]):
+            timer = Timer(int(offset), int(due), str(message_id), str(topic), int(queue_id), int(index))
+            self.pending[timer.offset] = timer
+        self._rebuild_heap()
