@@ -15,7 +15,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 from broker.config import BrokerConfig
 from broker.messages import to_duration
@@ -81,15 +81,18 @@ class ClientRegistry:
             session.outbox.put_nowait(None)
 
     # -------------------------------------------------------------- telemetry
-    async def telemetry(self, client_id: str, commands: AsyncIterator[spb.TelemetryCommand]
-                        ) -> AsyncIterator[spb.TelemetryCommand]:
-        """Serve one client's Telemetry stream until it closes."""
+    async def telemetry(self, client_id: str, commands: AsyncIterator[spb.TelemetryCommand],
+                        until: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[spb.TelemetryCommand]:
+        """Serve one client's Telemetry stream until it closes (or `until` resolves)."""
         session = ClientSession(client_id)
         previous = self.sessions.get(client_id)
         if previous is not None:
             previous.outbox.put_nowait(None)  # a reconnect replaces the old stream
         self.sessions[client_id] = session
         reader = asyncio.ensure_future(self._read(session, commands))
+        watcher = asyncio.ensure_future(until()) if until is not None else None
+        if watcher is not None:
+            watcher.add_done_callback(lambda _: session.outbox.put_nowait(None))
         try:
             while True:
                 command = await session.outbox.get()
@@ -98,6 +101,8 @@ class ClientRegistry:
                 yield command
         finally:
             reader.cancel()
+            if watcher is not None:
+                watcher.cancel()
             if self.sessions.get(client_id) is session:
                 del self.sessions[client_id]
 

@@ -6,6 +6,7 @@ does not lead, and every error becomes the protocol's Status (broker/status.py).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
@@ -15,6 +16,7 @@ from broker import validation
 from broker.broker import Broker
 from broker.errors import BrokerError
 from broker.status import ok, status_of
+from broker.telemetry_relay import LEADERSHIP_POLL_S, TelemetryRelay
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
@@ -137,15 +139,37 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         return spb.EndTransactionResponse(status=ok())
 
     # ------------------------------------------------------------- telemetry
+    async def _relayed_telemetry(self, client_id: str, request_iterator: AsyncIterator[spb.TelemetryCommand],
+                                 context: grpc.aio.ServicerContext) -> AsyncIterator[spb.TelemetryCommand]:
+        if not self.forwarder.is_leader():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "this node does not lead")
+
+        async def lost_leadership() -> None:
+            while self.forwarder.is_leader():
+                await asyncio.sleep(LEADERSHIP_POLL_S)
+
+        async for command in self.broker.clients.telemetry(client_id, request_iterator, lost_leadership):
+            yield command
+        if not self.forwarder.is_leader():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "this node stopped leading")
+
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
                         context: grpc.aio.ServicerContext) -> AsyncIterator[spb.TelemetryCommand]:
         try:
             client_id = client_id_of(context)
-            if self.forwarder.is_leader():
-                stream = self.broker.clients.telemetry(client_id, request_iterator)
+            if self.forwarder.was_forwarded(context):
+                # Relayed by a follower, whose relay follows leader changes:
+                # only a leader holds the session, and ends it with an error
+                # (the relay's cue to move) when it stops leading.
+                async for command in self._relayed_telemetry(client_id, request_iterator, context):
+                    yield command
+                return
             else:
-                stream = self.forwarder.bidi_stream("Telemetry", request_iterator, context)
+                stream = TelemetryRelay(client_id, request_iterator, context, self.broker.clients,
+                                        self.forwarder).run()
             async for command in stream:
                 yield command
+        except grpc.aio.AbortError:
+            raise
         except Exception as error:  # noqa: BLE001 - the stream ends with a status the client reads
             yield spb.TelemetryCommand(status=status_of(error))

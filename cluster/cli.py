@@ -11,6 +11,8 @@ they print (issue 2), so both stay exactly as documented:
     dledger read --servers ... [--from ID] [--start I] [--end J] --json
     dledger bench append --servers ... --size BYTES --inflight K --duration SECONDS [--batch B] --json
     dledger leader transfer --servers ... --to ID
+    dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...] [--seed N]
+                  [--workload log|broker] [--out DIR] --json
     dledger replay (--data-dir DIR | --servers ...) --out DIR [--json] [--master URL]
 
 Exit codes: 0 success, 1 a failure (message on stderr), 2 a usage error.
@@ -27,6 +29,7 @@ import sys
 from typing import Any, Awaitable, Callable
 
 from cluster import broker_cli
+from cluster.chaos.command import add_arguments as add_chaos_arguments
 from cluster.config import ConfigError, add_node_arguments, broker_settings_from_args, config_from_args
 from dledger.client import DLedgerClient, parse_servers
 from dledger.errors import DLedgerError
@@ -182,6 +185,12 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group))
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from cluster.chaos.command import run as run_chaos
+
+    return run_chaos(args)
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     # Imported here: Spark is an optional extra and slow to import.
     try:
@@ -296,6 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
     transfer.set_defaults(run=cmd_leader_transfer)
     broker_cli.add_broker_commands(commands)
 
+    chaos = commands.add_parser("chaos", help="kill, partition and pause a local cluster under load, then check it",
+                                description="Start a local cluster behind fault proxies, load it, inject faults "
+                                            "from a seeded schedule, and check the committed logs.")
+    add_chaos_arguments(chaos)
+    chaos.set_defaults(run=cmd_chaos)
+
     replay = commands.add_parser("replay", help="replay the committed log with Spark and check the broker's queues")
     _add_replay_arguments(replay)
     replay.set_defaults(run=cmd_replay)
@@ -319,7 +334,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.run is cmd_bench_append and args.duration <= 0:
         parser.error("bench append: --duration must be positive")
     broker_cli.check_usage(parser, args)
-    if args.run in (cmd_node, cmd_cluster_up, cmd_replay):
+    if args.run in (cmd_node, cmd_cluster_up, cmd_chaos, cmd_replay):
         return args.run(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")

@@ -1,7 +1,13 @@
-"""Node processes under a test's or a benchmark's control: start each one with
-`python -m cluster.cli node`, SIGKILL it, start it again on the same data dir.
+"""Node processes under a test's, a benchmark's or the chaos harness's control:
+start each one with `python -m cluster.cli node`, SIGKILL it, start it again on
+the same data dir, pause it with SIGSTOP and resume it with SIGCONT.
 (`dledger cluster up` is the user-facing launcher; this is for tools that need
-to kill and restart individual nodes.)"""
+to kill and restart individual nodes.)
+
+By default every node reaches its peers at their real addresses. With
+`routes`, each node gets its own peer map (node A may reach B through a proxy
+of the link A->B) and advertises the real addresses to clients, so that
+clients talk to nodes directly and only peer traffic crosses the proxies."""
 from __future__ import annotations
 
 import asyncio
@@ -28,37 +34,87 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+SMALL_NODE_FILES = ["--data-file-size", str(64 << 20), "--index-file-size", str(32 << 16),
+                    "--preallocate", "false"]
+
+
 class ProcessCluster:
-    def __init__(self, base: Path, size: int = 3, extra_args: list[str] | None = None) -> None:
+    def __init__(self, base: Path, size: int = 3, extra_args: list[str] | None = None,
+                 log_dir: Path | None = None) -> None:
         ports = free_ports(size)
         self.ids = [f"n{i}" for i in range(size)]
         self.addresses = {n: f"127.0.0.1:{p}" for n, p in zip(self.ids, ports)}
         self.base = base
-        self.extra_args = extra_args or []
+        self.log_dir = log_dir or base
+        # Node files sized for tests and tools: the default 1 GiB data segments
+        # (plus 160 MiB of index), preallocated, are 3.5 GB per cluster before
+        # anything is written. Arguments given override these.
+        self.extra_args = [*SMALL_NODE_FILES, *(extra_args or [])]
+        # node -> (member -> the address this node uses for it); None: real addresses.
+        self.routes: dict[str, dict[str, str]] | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.paused: set[str] = set()
         base.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
 
     @property
     def peers(self) -> str:
         return ",".join(f"{n}={a}" for n, a in self.addresses.items())
 
+    def peers_of(self, node: str) -> str:
+        """The --peers value node `node` starts with."""
+        if self.routes is None:
+            return self.peers
+        return ",".join(f"{n}={a}" for n, a in self.routes[node].items())
+
     def start(self, node: str | None = None) -> None:
         for node_id in [node] if node else self.ids:
-            log = open(self.base / f"{node_id}.log", "ab")
+            routing = [] if self.routes is None else ["--advertised-addresses", self.peers]
+            log = open(self.log_dir / f"{node_id}.log", "ab")
             env = dict(os.environ, PYTHONPATH=str(ROOT))
             self.procs[node_id] = subprocess.Popen(
-                [sys.executable, "-m", "cluster.cli", "node", "--id", node_id, "--peers", self.peers,
-                 "--data-dir", str(self.base / node_id), *self.extra_args],
+                [sys.executable, "-m", "cluster.cli", "node", "--id", node_id, "--peers", self.peers_of(node_id),
+                 "--data-dir", str(self.base / node_id), *routing, *self.extra_args,
+                 # A harness killed with SIGKILL leaves no node behind.
+                 "--exit-with-parent", str(os.getpid())],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+            log.close()
 
     def kill(self, node: str) -> None:
         proc = self.procs.pop(node)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        self.paused.discard(node)
+
+    def pause(self, node: str) -> None:
+        """SIGSTOP: the process keeps its sockets but runs no code, like a
+        node stuck in a long GC pause or a VM that was frozen."""
+        self.procs[node].send_signal(signal.SIGSTOP)
+        self.paused.add(node)
+
+    def resume(self, node: str) -> None:
+        if node in self.paused and node in self.procs:
+            self.procs[node].send_signal(signal.SIGCONT)
+        self.paused.discard(node)
+
+    def running(self, node: str) -> bool:
+        return node in self.procs
+
+    def exited(self) -> dict[str, int]:
+        """Nodes that exited on their own (not killed here), with exit codes."""
+        return {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
+
+    def kill_all(self) -> None:
+        """SIGKILL every node: the quick teardown when the files no longer matter."""
+        for node in list(self.procs):
+            self.kill(node)
 
     def stop_all(self) -> None:
+        for node in list(self.paused):
+            self.resume(node)  # a stopped process cannot act on SIGTERM
         for proc in self.procs.values():
-            proc.send_signal(signal.SIGTERM)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
         for proc in self.procs.values():
             try:
                 proc.wait(timeout=10)

@@ -75,6 +75,10 @@ APPEND_RETRY = LEADER_MOVED | {ResponseCode.NETWORK_ERROR, ResponseCode.LEADER_P
 # outcome is retried too.
 IDEMPOTENT_APPEND_RETRY = APPEND_RETRY | OUTCOME_UNKNOWN
 
+# Leader discovery: once one node claims to lead, others get this long to
+# name a higher term.
+DISCOVERY_GRACE_S = 0.1
+
 # Coalescing limits: Append RPCs in flight per client, and what one carries.
 MAX_INFLIGHT_APPENDS = 4
 MAX_COALESCED_ENTRIES = 2000
@@ -410,10 +414,27 @@ class DLedgerClient:
         return response
 
     async def _discover_leader(self) -> None:
-        """Ask every known server; believe the highest term's leader."""
-        answers = await asyncio.gather(*(self.metadata(a) for a in list(self.servers)))
+        """Ask every known server; believe the highest term's leader. Once a
+        node says it leads, the others get a short grace to name a higher term,
+        not the full probe timeout: a frozen node must not slow every failover."""
+        servers = list(self.servers)
+        probes = {asyncio.ensure_future(self.metadata(a)): a for a in servers}
+        answers: dict[str, pb.MetadataResponse | None] = {}
+        pending = set(probes)
+        try:
+            while pending:
+                claimed = any(a is not None and a.role == "LEADER" for a in answers.values())
+                done, pending = await asyncio.wait(
+                    pending, timeout=DISCOVERY_GRACE_S if claimed else None, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break
+                for probe in done:
+                    answers[probes[probe]] = probe.result()
+        finally:
+            for probe in pending:
+                probe.cancel()
         best: tuple[int, int, str, str] | None = None  # (term, self-reported, address, id)
-        for address, answer in zip(list(self.servers), answers):
+        for address, answer in answers.items():
             if answer is None:
                 continue
             self._learn(p.address for p in answer.peers)
@@ -426,7 +447,7 @@ class DLedgerClient:
             if best is None or candidate[:2] > best[:2]:
                 best = candidate
         if best is None:
-            if all(a is None for a in answers):
+            if all(a is None for a in answers.values()):
                 raise DLedgerError(ResponseCode.NETWORK_ERROR,
                                    f"no server reachable among {','.join(self.servers)}")
             raise DLedgerError(ResponseCode.NOT_LEADER, "no leader elected yet")

@@ -132,6 +132,11 @@ class DLedgerLeaderElector:
         now = self.clock.now()
         if now < self.next_vote_at:
             return self.next_vote_at - now
+        if self.store.read_only_reason:
+            # A node that cannot write (disk full) must not lead: it could not
+            # even append the entry that opens its term. Others can.
+            self.next_vote_at = now + self._election_timeout()
+            return self.next_vote_at - now
         await self.campaign()
         return 0.0
 

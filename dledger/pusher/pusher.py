@@ -94,12 +94,24 @@ class DLedgerEntryPusher:
         self._leader_term = term
         self._term_appends.clear()
         self.quorum.start_term(term)
-        self._drop_torn_batch()
-        # Raft: entries of older terms commit only together with one of ours,
-        # so start the term with an empty entry rather than wait for a client.
-        placed = self.store.append_as_leader([b""], term, magic=MAGIC_NOOP)
+        try:
+            self._drop_torn_batch()
+            # Raft: entries of older terms commit only together with one of
+            # ours, so start the term with an empty entry, not a client's.
+            placed = self.store.append_as_leader([b""], term, magic=MAGIC_NOOP)
+        except DLedgerError as error:
+            # (This runs inside a role listener: raising would kill the task
+            # that changed the role, the election loop.)
+            log.error("cannot open term %d as leader (%s): stepping down", term, error.message)
+            asyncio.get_running_loop().call_soon(self._step_down, term)
+            return
         self._term_first_index = placed[0][0]
         self._entries_appended()
+
+    def _step_down(self, term: int) -> None:
+        ms = self.member_state
+        if ms.is_leader and ms.term == term:
+            ms.change_to_candidate()
 
     # ------------------------------------------------------------ appending
     async def append(self, bodies: Sequence[bytes], producer_id: str = "", sequence: int = -1,

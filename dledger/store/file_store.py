@@ -368,6 +368,9 @@ class DLedgerFileStore:
             self._index.write(record_start, records)
         except OSError as e:
             self._undo_write(start, end, record_start, len(records))
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                # Read-only until the disk check (retention loop) sees room again.
+                self.read_only_reason = f"the disk holding {self.base_dir} is full: {e.strerror}"
             raise _disk_error(e) from e
         self._data.write_position = end
         self._index.write_position = record_start + len(records)

@@ -14,10 +14,14 @@ import os
 import struct
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import grpc
+from google.protobuf.duration_pb2 import Duration
 
+from cluster.process_cluster import ProcessCluster, find_leader
+from dledger.client import DLedgerClient
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
@@ -68,6 +72,20 @@ async def retrying(call, attempts: int = 40, pause: float = 0.25):
             return answer
         await asyncio.sleep(pause)
     raise AssertionError("unreachable")
+
+
+async def leader_of(cluster: ProcessCluster) -> str:
+    client = DLedgerClient(list(cluster.addresses.values()))
+    try:
+        return await find_leader(client, list(cluster.addresses.values()))
+    finally:
+        await client.close()
+
+
+def recovery(seconds: float) -> Duration:
+    duration = Duration()
+    duration.FromTimedelta(timedelta(seconds=seconds))
+    return duration
 
 
 class QueueReader:

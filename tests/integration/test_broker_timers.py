@@ -22,7 +22,7 @@ from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from store import codec
 from store import message_const as mc
 from store.errors import MessageDecodeError
-from tests.integration.broker_helpers import (METADATA, QueueReader, Watcher, message, retrying, send,
+from tests.integration.broker_helpers import (METADATA, QueueReader, Watcher, leader_of, message, retrying, send,
                                               stubs_of)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -45,14 +45,6 @@ def cluster(tmp_path_factory):
     c.start()
     yield c
     c.stop_all()
-
-
-async def leader_of(cluster: ProcessCluster) -> str:
-    client = DLedgerClient(list(cluster.addresses.values()))
-    try:
-        return await find_leader(client, list(cluster.addresses.values()))
-    finally:
-        await client.close()
 
 
 @pytest.fixture

@@ -9,17 +9,15 @@ The nodes run with short check-back times from the TOML's [broker] table."""
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 
 import pytest
-from google.protobuf.duration_pb2 import Duration
 
 from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
-from tests.integration.broker_helpers import (METADATA, QueueReader, TelemetryProducer, Watcher, message, retrying,
-                                              send, stubs_of)
+from tests.integration.broker_helpers import (METADATA, QueueReader, TelemetryProducer, Watcher, leader_of, message,
+                                              recovery, retrying, send, stubs_of)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 QUEUES = 8
@@ -47,14 +45,6 @@ def cluster(tmp_path_factory):
     c.stop_all()
 
 
-async def leader_of(cluster: ProcessCluster) -> str:
-    client = DLedgerClient(list(cluster.addresses.values()))
-    try:
-        return await find_leader(client, list(cluster.addresses.values()))
-    finally:
-        await client.close()
-
-
 @pytest.fixture
 async def stubs(cluster):
     leader = await leader_of(cluster)
@@ -62,12 +52,6 @@ async def stubs(cluster):
     yield leader, by_node
     for channel in channels.values():
         await channel.close()
-
-
-def recovery(seconds: float) -> Duration:
-    duration = Duration()
-    duration.FromTimedelta(timedelta(seconds=seconds))
-    return duration
 
 
 def half(topic: str, body: bytes, recovery_s: float | None = None) -> pb.Message:

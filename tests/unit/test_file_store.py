@@ -649,6 +649,11 @@ def test_enospc_mid_append_leaves_no_trace(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.undo()
     assert (tree_digest(store), store.ledger_end_index, store.write_position,
             store.ledger_end_chain_crc) == before
+    # Read-only now, until the disk check (the retention loop) sees room.
+    with pytest.raises(DLedgerError) as still_full:
+        store.append_as_leader(bodies[5:], term=1)
+    assert error_code(still_full) == ResponseCode.DISK_FULL
+    store.check_disk()
 
     placed = store.append_as_leader(bodies[5:], term=1)
     assert placed[0] == (5, before[2])

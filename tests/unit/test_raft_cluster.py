@@ -280,3 +280,50 @@ async def test_a_follower_that_lost_its_disk_is_caught_up_without_new_writes(clu
     # No append from here on: DLedger itself would leave it empty (its issue #61).
     await cluster.wait_converged()
     assert cluster.log_of(victim) == cluster.log_of(leader)
+
+
+async def test_a_leader_that_cannot_write_its_first_entry_steps_down_and_another_leads(cluster: Cluster):
+    from dledger.errors import DLedgerError as LogError
+    leader = await cluster.wait_leader()
+    term = cluster.servers[leader].member_state.term
+    full = cluster.servers[next(n for n in cluster.servers if n != leader)]
+    real_append = full.store.append_as_leader
+
+    def disk_full(*args, **kwargs):
+        full.store.read_only_reason = "the disk is full (test)"
+        raise LogError(ResponseCode.DISK_FULL, "no space left on the device (test)")
+
+    full.store.append_as_leader = disk_full  # type: ignore[method-assign]
+    healthy = next(n for n in cluster.servers if n not in (leader, full.config.self_id))
+    cluster.network.isolate(leader)
+    # Both lose the leader; the healthy one holds back so the full one wins first.
+    for node, vote_at in ((cluster.servers[healthy], float("inf")), (full, 0.0)):
+        node.member_state.change_to_candidate()
+        node.elector.next_vote_at = vote_at
+        node.elector.wakeup.set()
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        # It wins, cannot open its term, steps down, and stays out while read-only.
+        while not (full.member_state.term > term and full.store.read_only_reason
+                   and not full.member_state.is_leader):
+            assert loop.time() < deadline, cluster.describe()
+            await asyncio.sleep(0.02)
+        cluster.servers[healthy].elector.next_vote_at = 0.0
+        cluster.servers[healthy].elector.wakeup.set()
+        while not cluster.servers[healthy].member_state.is_leader:
+            assert loop.time() < deadline, cluster.describe()
+            await asyncio.sleep(0.02)
+        cluster.network.heal()                   # the old leader is the second replica
+        for _ in range(200):                     # as a client retries LEADER_NOT_READY
+            try:
+                await cluster.servers[healthy].append([b"after"])
+                break
+            except DLedgerError as error:
+                assert error.code is ResponseCode.LEADER_NOT_READY
+                await asyncio.sleep(0.02)
+        else:
+            raise AssertionError(f"never committed after the heal: {cluster.describe()}")
+        assert not full.member_state.is_leader
+    finally:
+        full.store.append_as_leader = real_append  # type: ignore[method-assign]

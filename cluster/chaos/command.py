@@ -1,0 +1,106 @@
+"""`dledger chaos`: its arguments, and the run with its exit code.
+
+    dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...]
+                  [--seed N] [--workload log|broker] [--out DIR] [--no-idempotence] [--json]
+
+Prints the summary JSON last (with --json) and exits 0 when every check
+passed, 1 when any failed, 2 on a usage error (and for a workload that is not
+available yet).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import random
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cluster.chaos.history import History
+from cluster.chaos.schedule import ALIASES, ALL_KINDS, ScheduleConfig, parse_faults
+from cluster.chaos.workload import WORKLOADS, LogWorkloadConfig, WorkloadUnavailable, make_workload
+
+if TYPE_CHECKING:
+    from cluster.chaos.runner import ChaosOptions
+
+# Node flags passed through unchanged (the timings decide failover times).
+NODE_FLAGS = ("--heartbeat-interval", "--election-timeout-min", "--election-timeout-max", "--max-wait-ack",
+              "--flush-mode")
+DEFAULT_ELECTION_TIMEOUT_MAX_S = 1.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    fault_names = ", ".join(list(ALIASES) + list(ALL_KINDS))
+    parser.add_argument("--nodes", type=int, default=3, help="cluster size (default 3)")
+    parser.add_argument("--duration", type=float, default=60.0, metavar="SECONDS",
+                        help="how long the load and the faults go on (default 60)")
+    parser.add_argument("--faults", default="all", metavar="KIND,...",
+                        help=f"fault kinds or groups, comma separated (default all): {fault_names}")
+    parser.add_argument("--seed", type=int, help="replays a schedule (default: a random seed, printed)")
+    parser.add_argument("--workload", default="log", choices=WORKLOADS)
+    parser.add_argument("--out", default="chaos-out", metavar="DIR",
+                        help="summary.json, history.jsonl, timeline.png and node logs go here (default chaos-out)")
+    parser.add_argument("--clients", type=int, default=LogWorkloadConfig.clients, help="concurrent clients")
+    parser.add_argument("--rate", type=float, default=LogWorkloadConfig.rate_per_client, metavar="OPS",
+                        help="appends per second per client outside heavy bursts")
+    parser.add_argument("--no-idempotence", action="store_true",
+                        help="clients without a producer id: an append with an unknown outcome is not retried")
+    parser.add_argument("--keep-data", action="store_true", help="keep the nodes' data dirs after a valid run")
+    for flag in NODE_FLAGS:
+        parser.add_argument(flag, dest="node_" + flag[2:].replace("-", "_"), metavar="VALUE",
+                            help=f"passed to every node as {flag}")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON (last on stdout)")
+
+
+def options_from(args: argparse.Namespace) -> ChaosOptions:
+    """Raises ValueError (or WorkloadUnavailable) on bad arguments."""
+    # The runner draws with matplotlib: imported only when a run is asked for,
+    # not by every `dledger` command that builds the parser.
+    from cluster.chaos.runner import ChaosOptions
+    if args.nodes < 1:
+        raise ValueError("--nodes must be at least 1")
+    if args.duration <= 0:
+        raise ValueError("--duration must be positive")
+    if args.clients < 1 or args.rate <= 0:
+        raise ValueError("--clients and --rate must be positive")
+    make_workload(args.workload, [], History())  # says now if it cannot run
+    node_args: list[str] = []
+    for flag in NODE_FLAGS:
+        value = getattr(args, "node_" + flag[2:].replace("-", "_"))
+        if value is not None:
+            node_args += [flag, value]
+    election_max = float(args.node_election_timeout_max or DEFAULT_ELECTION_TIMEOUT_MAX_S)
+    return ChaosOptions(
+        out_dir=Path(args.out), nodes=args.nodes, duration_s=args.duration, faults=parse_faults(args.faults),
+        seed=args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31),
+        workload=args.workload, node_args=tuple(node_args),
+        workload_config=LogWorkloadConfig(idempotent=not args.no_idempotence, clients=args.clients,
+                                          rate_per_client=args.rate),
+        schedule=ScheduleConfig(min_pause_s=2 * election_max), keep_data=args.keep_data)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cluster.chaos.runner import run_chaos
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        options = options_from(args)
+    except (ValueError, WorkloadUnavailable) as error:
+        print(f"dledger chaos: error: {error}", file=sys.stderr, flush=True)
+        return 2
+    print(f"dledger chaos: seed {options.seed}, "
+          f"{options.duration_s:g} s, faults {','.join(options.faults)}, output in {options.out_dir}",
+          file=sys.stderr, flush=True)
+    summary = asyncio.run(run_chaos(options))
+    print(json.dumps(summary) if args.json else human_summary(summary), flush=True)
+    return 0 if summary["valid"] else 1
+
+
+def human_summary(summary: dict[str, Any]) -> str:
+    keys = ["seed", "ops", "acked", "failed", "unknown", "lost", "duplicated", "diverged", "order_violations",
+            "unexpected", "stale_leader_acks", "max_unavailability_s", "faults_injected", "recovery", "valid"]
+    lines = [f"{k}: {summary[k]}" for k in keys]
+    lines.append(f"outputs: {summary['outputs']['summary']}, {summary['outputs']['timeline']}")
+    return "\n".join(lines)

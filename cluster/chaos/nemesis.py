@@ -1,0 +1,254 @@
+"""The nemesis: carries out a planned schedule against the node processes and
+the fault network, and records each fault as a window in the History.
+
+Each fault kind is a method that injects the fault and returns how to heal
+it. A window starts once the fault is in place and ends when healing starts,
+so that "acknowledged while the fault held" is exact.
+
+While the leader is isolated, a probe appends straight to it (not through
+the client library, which would move to the new leader) once every 100 ms;
+those operations go into the History under the client `probe-<node>`, and the
+checker fails the run if any of them is acknowledged before the heal.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+from itertools import permutations
+from typing import Awaitable, Callable
+
+import grpc
+
+from cluster.chaos.history import PROBE_PREFIX, FaultWindow, History
+from cluster.chaos.network import FaultNetwork, pairs_between
+from cluster.chaos.schedule import (COMBO, CRASH_WRITE, DELAY, ISOLATE_LEADER, KILL_LEADER, KILL_RANDOM,
+                                    ONE_WAY, PAUSE_LEADER, SPLIT, PlannedFault)
+from cluster.chaos.workload import NOT_APPLIED, Workload, body_for
+from cluster.process_cluster import ProcessCluster
+from dledger.client import DLedgerClient
+from dledger.errors import ResponseCode
+from rpcgen import dledger_pb2 as pb
+from rpcgen import dledger_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+PROBE_INTERVAL_S = 0.1
+PROBE_TIMEOUT_S = 3.0
+# How long to look for a leader before a "leader" fault picks a node at random.
+LEADER_SEARCH_S = 3.0
+
+
+@dataclass
+class ActiveFault:
+    window: FaultWindow
+    heal: Callable[[], Awaitable[None]]
+
+
+class Nemesis:
+    def __init__(self, cluster: ProcessCluster, network: FaultNetwork, history: History,
+                 workload: Workload, admin: DLedgerClient) -> None:
+        self.cluster = cluster
+        self.network = network
+        self.history = history
+        self.workload = workload
+        self.admin = admin
+        self._probe_count = 0
+        self._injectors: dict[str, Callable[[random.Random], Awaitable[ActiveFault]]] = {
+            KILL_LEADER: self.kill_leader, KILL_RANDOM: self.kill_random, CRASH_WRITE: self.crash_write,
+            ISOLATE_LEADER: self.isolate_leader, SPLIT: self.split, ONE_WAY: self.one_way,
+            PAUSE_LEADER: self.pause_leader, DELAY: self.delay,
+        }
+
+    async def run(self, plan: list[PlannedFault]) -> None:
+        for fault in plan:
+            wait = fault.at_s - self.history.now()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            await self.carry_out(fault)
+
+    async def carry_out(self, fault: PlannedFault) -> None:
+        rng = random.Random(fault.seed)
+        if fault.kind == COMBO:
+            first, second = fault.parts
+            seeds = rng.getrandbits(32), rng.getrandbits(32)
+            await asyncio.gather(
+                self._hold(fault, first, random.Random(seeds[0]), 0.0, fault.duration_s),
+                self._hold(fault, second, random.Random(seeds[1]), fault.stagger_s,
+                           fault.duration_s - fault.stagger_s))
+        else:
+            await self._hold(fault, fault.kind, rng, 0.0, fault.duration_s)
+
+    async def _hold(self, fault: PlannedFault, kind: str, rng: random.Random, after_s: float,
+                    for_s: float) -> None:
+        await asyncio.sleep(after_s)
+        active = await self._injectors[kind](rng)
+        active.window.group, active.window.in_combo = fault.number, fault.kind == COMBO
+        log.info("fault %d %s on %s %s", active.window.number, kind, ",".join(active.window.targets),
+                 active.window.detail)
+        await asyncio.sleep(max(0.0, for_s))
+        self.history.fault_ended(active.window)
+        await active.heal()
+
+    def heal_everything(self) -> None:
+        """The safety net after the schedule: no link cut, no node down or paused."""
+        self.network.heal_all()
+        for node in list(self.cluster.paused):
+            self.cluster.resume(node)
+        for node in self.cluster.ids:
+            if not self.cluster.running(node):
+                self.cluster.start(node)
+
+    # ---------------------------------------------------------- processes
+    async def kill_leader(self, rng: random.Random) -> ActiveFault:
+        node, how = await self._leader_or_random(rng)
+        return self._kill(KILL_LEADER, node, how)
+
+    async def kill_random(self, rng: random.Random) -> ActiveFault:
+        return self._kill(KILL_RANDOM, rng.choice(self._running()), "")
+
+    async def crash_write(self, rng: random.Random) -> ActiveFault:
+        """SIGKILL the leader while every client appends big batches as fast as it can."""
+        burst = rng.uniform(0.3, 1.0)
+        self.workload.set_heavy(True)
+        try:
+            await asyncio.sleep(burst)
+            node, how = await self._leader_or_random(rng)
+            return self._kill(CRASH_WRITE, node, f"{how}after {burst:.2f}s of heavy appends".strip())
+        finally:
+            self.workload.set_heavy(False)
+
+    def _kill(self, kind: str, node: str, detail: str) -> ActiveFault:
+        self.cluster.kill(node)
+        window = self.history.fault_started(kind, (node,), detail)
+
+        async def heal() -> None:
+            if not self.cluster.running(node):
+                self.cluster.start(node)
+        return ActiveFault(window, heal)
+
+    async def pause_leader(self, rng: random.Random) -> ActiveFault:
+        node, how = await self._leader_or_random(rng)
+        self.cluster.pause(node)
+        window = self.history.fault_started(PAUSE_LEADER, (node,), how)
+
+        async def heal() -> None:
+            self.cluster.resume(node)
+        return ActiveFault(window, heal)
+
+    # ------------------------------------------------------------ network
+    async def isolate_leader(self, rng: random.Random) -> ActiveFault:
+        node, how = await self._leader_or_random(rng)
+        others = [n for n in self.cluster.ids if n != node]
+        pairs = pairs_between([node], others)
+        for sender, receiver in pairs:
+            self.network.drop(sender, receiver)
+        window = self.history.fault_started(ISOLATE_LEADER, (node,), how)
+        stop = asyncio.Event()
+        probe = asyncio.ensure_future(self._probe(node, stop))
+
+        async def heal() -> None:
+            stop.set()
+            for sender, receiver in pairs:
+                self.network.undrop(sender, receiver)
+            await probe
+        return ActiveFault(window, heal)
+
+    async def split(self, rng: random.Random) -> ActiveFault:
+        nodes = list(self.cluster.ids)
+        rng.shuffle(nodes)
+        minority, majority = nodes[:len(nodes) // 2], nodes[len(nodes) // 2:]
+        pairs = pairs_between(minority, majority)
+        for sender, receiver in pairs:
+            self.network.drop(sender, receiver)
+        window = self.history.fault_started(SPLIT, tuple(sorted(minority)),
+                                            f"minority {','.join(sorted(minority))} | "
+                                            f"majority {','.join(sorted(majority))}")
+        return ActiveFault(window, self._undrop_later(pairs))
+
+    async def one_way(self, rng: random.Random) -> ActiveFault:
+        """One node's outgoing bytes (or its incoming bytes) dropped, the
+        other direction flowing; the node is the leader half of the time."""
+        if rng.random() < 0.5:
+            node, how = await self._leader_or_random(rng)
+        else:
+            node, how = rng.choice(self.cluster.ids), ""
+        others = [n for n in self.cluster.ids if n != node]
+        outgoing = rng.random() < 0.5
+        pairs = [(node, o) for o in others] if outgoing else [(o, node) for o in others]
+        for sender, receiver in pairs:
+            self.network.drop(sender, receiver)
+        detail = f"{how}{node} {'cannot send to' if outgoing else 'cannot hear'} {','.join(others)}"
+        window = self.history.fault_started(ONE_WAY, (node,), detail)
+        return ActiveFault(window, self._undrop_later(pairs))
+
+    async def delay(self, rng: random.Random) -> ActiveFault:
+        seconds = round(rng.uniform(0.02, 0.2), 3)
+        pairs = list(permutations(self.cluster.ids, 2))
+        for sender, receiver in pairs:
+            self.network.delay(sender, receiver, seconds)
+        window = self.history.fault_started(DELAY, tuple(self.cluster.ids), f"{seconds * 1000:.0f} ms each way")
+
+        async def heal() -> None:
+            for sender, receiver in pairs:
+                self.network.undelay(sender, receiver, seconds)
+        return ActiveFault(window, heal)
+
+    def _undrop_later(self, pairs: list[tuple[str, str]]) -> Callable[[], Awaitable[None]]:
+        async def heal() -> None:
+            for sender, receiver in pairs:
+                self.network.undrop(sender, receiver)
+        return heal
+
+    # ------------------------------------------------------------ helpers
+    def _running(self) -> list[str]:
+        return [n for n in self.cluster.ids if self.cluster.running(n)]
+
+    async def _leader_or_random(self, rng: random.Random) -> tuple[str, str]:
+        """The current leader (highest term among the nodes that say they
+        lead), or a random running node when none is found: (node, note)."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + LEADER_SEARCH_S
+        while loop.time() < give_up:
+            leader = await self._current_leader()
+            if leader is not None:
+                return leader, ""
+            await asyncio.sleep(0.05)
+        candidates = [n for n in self._running() if n not in self.cluster.paused] or self._running()
+        return rng.choice(candidates), "no leader found; chose at random; "
+
+    async def _current_leader(self) -> str | None:
+        nodes = [n for n in self._running() if n not in self.cluster.paused]
+        answers = await asyncio.gather(*(self.admin.metadata(self.cluster.addresses[n]) for n in nodes))
+        leaders = [(a.term, a.self_id) for a in answers if a is not None and a.role == "LEADER"]
+        return max(leaders)[1] if leaders else None
+
+    async def _probe(self, node: str, stop: asyncio.Event) -> None:
+        """Append straight to `node` until `stop`; record every attempt."""
+        async with grpc.aio.insecure_channel(self.cluster.addresses[node]) as channel:
+            stub = dledger_pb2_grpc.DLedgerServiceStub(channel)
+            while not stop.is_set():
+                await self._probe_once(node, stub)
+                try:
+                    await asyncio.wait_for(stop.wait(), PROBE_INTERVAL_S)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def _probe_once(self, node: str, stub: dledger_pb2_grpc.DLedgerServiceStub) -> None:
+        self._probe_count += 1
+        op_id = f"{PROBE_PREFIX}{self._probe_count}"
+        op = self.history.invoke(f"{PROBE_PREFIX}{node}", (op_id,))
+        request = pb.AppendRequest(header=pb.Header(group=self.admin.group), bodies=[body_for(op_id, 64)])
+        try:
+            response = await stub.Append(request, timeout=PROBE_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            self.history.unknown(op, f"{error.code().name}: {error.details()}")
+            return
+        code = ResponseCode.of(response.header.code)
+        if code == ResponseCode.SUCCESS:
+            self.history.ok(op, response.first_index)
+        elif code in NOT_APPLIED:
+            self.history.fail(op, f"{code.name}: {response.header.message}")
+        else:
+            self.history.unknown(op, f"{code.name}: {response.header.message}")

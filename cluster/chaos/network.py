@@ -1,0 +1,99 @@
+"""FaultNetwork: a LinkProxy for every ordered pair of nodes, controlled in
+terms of nodes ("bytes from A to B are dropped") instead of proxy directions.
+
+A message from A to B travels on two links: as a request on A's connection
+to B (link A->B, forward) and as a reply on B's connection to A (link B->A,
+backward). Dropping "A to B" drops both, so nothing A sends reaches B by
+any path, while B's requests still reach A and take effect there (a one-way
+partition: A hears B, B does not hear A, and neither completes an RPC
+round trip with the other).
+
+Faults are counted, so that two overlapping faults that both drop A->B heal
+independently: the bytes flow again only once neither drops them.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from itertools import permutations
+from typing import Iterable
+
+from cluster.chaos.proxy import LinkProxy, LinkState
+
+
+class FaultNetwork:
+    def __init__(self, addresses: dict[str, str]) -> None:
+        """`addresses`: each node's real (listening) address."""
+        self.addresses = dict(addresses)
+        self.links = {(a, b): LinkProxy(a, b, addresses[b]) for a, b in permutations(addresses, 2)}
+        self._drops: Counter[tuple[str, str]] = Counter()
+        self._delays: dict[tuple[str, str], list[float]] = {}
+
+    async def start(self) -> None:
+        for link in self.links.values():
+            await link.start()
+
+    async def close(self) -> None:
+        for link in self.links.values():
+            await link.close()
+
+    def routes(self) -> dict[str, dict[str, str]]:
+        """For each node, the address it should use for every member: its own
+        real address for itself, the proxy of the link for the others."""
+        return {a: {b: (self.addresses[a] if a == b else self.links[(a, b)].address) for b in self.addresses}
+                for a in self.addresses}
+
+    # ------------------------------------------------------------- faults
+    def drop(self, sender: str, receiver: str) -> None:
+        self._drops[(sender, receiver)] += 1
+        self._apply(sender, receiver)
+
+    def undrop(self, sender: str, receiver: str) -> None:
+        self._drops[(sender, receiver)] -= 1
+        if self._drops[(sender, receiver)] <= 0:
+            del self._drops[(sender, receiver)]
+        self._apply(sender, receiver)
+
+    def delay(self, sender: str, receiver: str, seconds: float) -> None:
+        self._delays.setdefault((sender, receiver), []).append(seconds)
+        self._apply(sender, receiver)
+
+    def undelay(self, sender: str, receiver: str, seconds: float) -> None:
+        delays = self._delays.get((sender, receiver), [])
+        if seconds in delays:
+            delays.remove(seconds)
+        self._apply(sender, receiver)
+
+    def heal_all(self) -> None:
+        self._drops.clear()
+        self._delays.clear()
+        for link in self.links.values():
+            link.heal()
+
+    def dropped_pairs(self) -> list[tuple[str, str]]:
+        return sorted(self._drops)
+
+    def traffic(self) -> dict[str, int]:
+        """Peer bytes carried and dropped so far, over every link."""
+        return {"forwarded_bytes": sum(link.forwarded_bytes for link in self.links.values()),
+                "dropped_bytes": sum(link.dropped_bytes for link in self.links.values())}
+
+    # ------------------------------------------------- derived link states
+    def _apply(self, sender: str, receiver: str) -> None:
+        """Recompute the two links a message from sender to receiver uses."""
+        for pair in ((sender, receiver), (receiver, sender)):
+            self.links[pair].set_state(self._link_state(*pair))
+
+    def _link_state(self, source: str, destination: str) -> LinkState:
+        # Link source->destination: forward carries source's bytes to
+        # destination, backward carries destination's bytes to source.
+        return LinkState(
+            drop_forward=self._drops[(source, destination)] > 0,
+            drop_backward=self._drops[(destination, source)] > 0,
+            delay_forward_s=max(self._delays.get((source, destination), []), default=0.0),
+            delay_backward_s=max(self._delays.get((destination, source), []), default=0.0))
+
+
+def pairs_between(group_a: Iterable[str], group_b: Iterable[str]) -> list[tuple[str, str]]:
+    """Every (sender, receiver) pair across two groups, both ways."""
+    a, b = list(group_a), list(group_b)
+    return [(x, y) for x in a for y in b] + [(y, x) for x in a for y in b]

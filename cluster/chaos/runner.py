@@ -1,0 +1,254 @@
+"""One chaos run from start to verdict:
+
+1. start a FaultNetwork (a proxy per directed peer link) and the node
+   processes, each reaching its peers through the proxies and advertising
+   its real address to clients;
+2. run the workload for `duration_s` while the nemesis carries out the
+   seeded schedule;
+3. heal everything, stop the load, make one more acknowledged append (so a
+   leader of the final term has committed), wait until every node has
+   committed it;
+4. read every node's committed log and run the checker;
+5. write summary.json, history.jsonl and timeline.png under the output dir.
+
+The node data dirs (`data/`) are removed after a valid run and kept after a
+failed one, with the committed logs as `logs/<node>.jsonl`, for a post mortem.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster.chaos.availability import longest_gap, recoveries, recovery_by_kind, recovery_stats
+from cluster.chaos.checker import CheckResult, LogEntry, check
+from cluster.chaos.history import PROBE_PREFIX, History, Outcome
+from cluster.chaos.nemesis import Nemesis
+from cluster.chaos.network import FaultNetwork
+from cluster.chaos.plot import plot_timeline
+from cluster.chaos.schedule import ALL_KINDS, CRASH_WRITE, KILL_LEADER, ScheduleConfig, plan_schedule
+from cluster.chaos.workload import LogWorkloadConfig, Workload, make_workload
+from cluster.process_cluster import ProcessCluster, find_leader
+from dledger.client import DLedgerClient
+from dledger.errors import DLedgerError
+
+log = logging.getLogger(__name__)
+
+# Small segments: a run writes megabytes, not gigabytes, and DLedger's 1 GiB
+# preallocated data files (3 GiB per run) fill a shared disk; rolling segments
+# also puts segment ends under the crashes. Flags given later override these.
+STORAGE_ARGS = ("--data-file-size", str(16 << 20), "--index-file-size", str(1 << 20))
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    out_dir: Path
+    nodes: int = 3
+    duration_s: float = 60.0
+    faults: tuple[str, ...] = ALL_KINDS
+    seed: int | None = None
+    workload: str = "log"
+    node_args: tuple[str, ...] = ()
+    workload_config: LogWorkloadConfig = field(default_factory=LogWorkloadConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    convergence_timeout_s: float = 30.0
+    keep_data: bool = False
+
+
+@dataclass
+class RunState:
+    """What a run gathers on its way to the summary."""
+    seed: int
+    history: History
+    load_end_s: float = 0.0
+    crashed: dict[str, int] = field(default_factory=dict)
+    unconverged: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+    logs: dict[str, list[LogEntry]] = field(default_factory=dict)
+    traffic: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+async def run_chaos(options: ChaosOptions) -> dict[str, Any]:
+    """Run, check, write the outputs; returns the summary (its "valid" says the verdict)."""
+    started = time.monotonic()
+    seed = options.seed if options.seed is not None else random.SystemRandom().randrange(1 << 31)
+    out = options.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    data_dir = out / "data"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    cluster = ProcessCluster(data_dir, options.nodes, [*STORAGE_ARGS, *options.node_args], log_dir=out / "nodes")
+    network = FaultNetwork(cluster.addresses)
+    await network.start()
+    cluster.routes = network.routes()
+    state = RunState(seed, History())
+    try:
+        cluster.start()
+        await _run(options, cluster, network, state)
+    finally:
+        state.traffic = network.traffic()
+        # The committed logs have been read: no need for a graceful stop
+        # (which waits for gRPC's grace period).
+        cluster.kill_all()
+        await network.close()
+    state.wall_s = time.monotonic() - started
+    result = check(state.history, state.logs) if state.logs else None
+    summary = build_summary(options, state, result)
+    write_outputs(options, state, summary)
+    if summary["valid"] and not options.keep_data:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return summary
+
+
+async def _run(options: ChaosOptions, cluster: ProcessCluster, network: FaultNetwork, state: RunState) -> None:
+    servers = list(cluster.addresses.values())
+    async with DLedgerClient(servers, deadline_s=options.workload_config.op_deadline_s) as admin:
+        await find_leader(admin, servers, timeout=30.0)
+        history = state.history = History()
+        workload = make_workload(options.workload, servers, history, options.workload_config)
+        nemesis = Nemesis(cluster, network, history, workload, admin)
+        plan = plan_schedule(state.seed, options.faults, options.duration_s, options.schedule)
+        stop = asyncio.Event()
+        load = asyncio.ensure_future(workload.run(stop))
+        try:
+            await nemesis.run(plan)
+            await asyncio.sleep(max(0.0, options.duration_s - history.now()))
+        finally:
+            state.crashed = cluster.exited()
+            nemesis.heal_everything()
+            stop.set()
+            await load
+        state.load_end_s = history.now()
+        await _converge(options, cluster, admin, workload, state)
+
+
+async def _converge(options: ChaosOptions, cluster: ProcessCluster, admin: DLedgerClient,
+                    workload: Workload, state: RunState) -> None:
+    alive = [n for n in cluster.ids if n not in state.crashed]
+    try:
+        barrier = await workload.barrier(options.convergence_timeout_s)
+    except TimeoutError:
+        # No leader after healing: a liveness failure. The logs are still
+        # read and checked for what they hold.
+        state.unconverged = alive
+    else:
+        state.unconverged = await wait_committed(admin, cluster, alive, barrier, options.convergence_timeout_s)
+    state.crashed.update(cluster.exited())
+    for node in alive:
+        if node in state.crashed:
+            continue
+        try:
+            state.logs[node] = await read_log(admin, node)
+        except DLedgerError as error:
+            log.error("cannot read the committed log of %s: %s", node, error)
+            state.unreadable.append(node)
+
+
+async def wait_committed(admin: DLedgerClient, cluster: ProcessCluster, nodes: list[str], index: int,
+                         timeout_s: float) -> list[str]:
+    """Wait until every node has committed `index`; returns the ones that did not."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + timeout_s
+    behind = list(nodes)
+    while behind and loop.time() < give_up:
+        answers = await asyncio.gather(*(admin.metadata(cluster.addresses[n]) for n in behind))
+        behind = [n for n, a in zip(behind, answers) if a is None or a.committed_index < index]
+        if behind:
+            await asyncio.sleep(0.1)
+    return behind
+
+
+async def read_log(admin: DLedgerClient, node: str) -> list[LogEntry]:
+    """Node `node`'s whole committed log, the log's own entries included (so
+    that holes and differences in NOOPs and producer marks show too)."""
+    return [LogEntry(e.index, e.term, e.body, e.chain_crc, e.magic)
+            async for e in admin.read(from_id=node, include_system=True)]
+
+
+# ------------------------------------------------------------------ output
+
+def build_summary(options: ChaosOptions, state: RunState, result: CheckResult | None) -> dict[str, Any]:
+    history = state.history
+    ops = [op for op in history.operations if not op.client.startswith(PROBE_PREFIX)]
+    probes = [op for op in history.operations if op.client.startswith(PROBE_PREFIX)]
+    gap = longest_gap(history, 0.0, state.load_end_s)
+    per_fault = recoveries(history)
+    counts = result.counts() if result else {}
+    problems = {
+        "no_logs_read": result is None,
+        "crashed_nodes": bool(state.crashed),
+        "unconverged_nodes": bool(state.unconverged),
+        "unreadable_nodes": bool(state.unreadable),
+        "checks": result is not None and not result.valid,
+    }
+    return {
+        "seed": state.seed,
+        "nodes": options.nodes,
+        "duration_s": options.duration_s,
+        "workload": options.workload,
+        "faults": list(options.faults),
+        "ops": len(ops),
+        "acked": sum(op.outcome is Outcome.OK for op in ops),
+        "failed": sum(op.outcome is Outcome.FAIL for op in ops),
+        "unknown": sum(op.outcome in (Outcome.UNKNOWN, Outcome.PENDING) for op in ops),
+        "acked_entries": sum(len(op.ids) for op in ops if op.outcome is Outcome.OK),
+        "unknown_landed": result.unknown_present if result else None,
+        "committed_entries": result.committed_entries if result else None,
+        "node_system_entries": result.system_entries if result else None,
+        "probe_ops": len(probes),
+        "lost": counts.get("lost"),
+        "duplicated": counts.get("duplicated"),
+        "diverged": counts.get("diverged"),
+        "order_violations": counts.get("order_violations"),
+        "unexpected": counts.get("unexpected"),
+        "misplaced": counts.get("misplaced"),
+        "failed_present": counts.get("failed_present"),
+        "stale_leader_acks": counts.get("stale_leader_acks"),
+        "crashed_nodes": state.crashed,
+        "unconverged_nodes": state.unconverged,
+        "unreadable_nodes": state.unreadable,
+        "max_unavailability_s": round(gap.seconds, 3),
+        "max_unavailability_window_s": [round(gap.from_s, 3), round(gap.to_s, 3)],
+        "faults_injected": len(per_fault),
+        "peer_traffic": state.traffic,
+        "recovery": recovery_stats(per_fault),
+        # A leader SIGKILLed on its own: the time until a client's append is
+        # acknowledged again.
+        "failover": recovery_stats(per_fault, (KILL_LEADER, CRASH_WRITE), solo=True),
+        "recovery_by_kind": recovery_by_kind(per_fault),
+        "per_fault": [_rounded(asdict(r)) for r in per_fault],
+        "examples": result.examples() if result else {},
+        "wall_s": round(state.wall_s, 1),
+        "valid": not any(problems.values()),
+        "outputs": {"summary": str(options.out_dir / "summary.json"),
+                    "history": str(options.out_dir / "history.jsonl"),
+                    "timeline": str(options.out_dir / "timeline.png"),
+                    "node_logs": str(options.out_dir / "nodes")},
+    }
+
+
+def write_outputs(options: ChaosOptions, state: RunState, summary: dict[str, Any]) -> None:
+    out = options.out_dir
+    state.history.write(out / "history.jsonl")
+    plot_timeline(state.history, out / "timeline.png",
+                  f"dledger chaos: seed {state.seed}, {options.nodes} nodes, {options.duration_s:g} s, "
+                  f"{'valid' if summary['valid'] else 'INVALID'}")
+    if not summary["valid"]:
+        (out / "logs").mkdir(exist_ok=True)
+        for node, entries in state.logs.items():
+            with open(out / "logs" / f"{node}.jsonl", "w") as file:
+                for e in entries:
+                    file.write(json.dumps({"index": e.index, "term": e.term, "magic": e.magic, "chain_crc": e.chain_crc,
+                                           "body_base64": base64.b64encode(e.body).decode()}) + "\n")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _rounded(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
