@@ -8,6 +8,7 @@ import logging
 from broker import validation
 from broker.clients import ClientRegistry
 from broker.config import BrokerConfig
+from broker.consumer import ConsumerService
 from broker.errors import BrokerError
 from broker.forwarding import LeaderForwarder
 from broker.leadership import LeaderGate
@@ -37,6 +38,7 @@ class Broker:
         self.transactions = TransactionService(config, store, self.topics, self.clients, gate)
         self.sender = SendService(config, store, self.topics, self.timers, self.transactions)
         self.forwarder = LeaderForwarder(server, config)
+        self.consumer = ConsumerService(store, self.topics, self.clients, self.ensure_group)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -45,9 +47,11 @@ class Broker:
                        start_task(self.transactions.run(), "TransactionChecker")]
         for task in self._tasks:
             task.add_done_callback(_report_death)
+        await self.consumer.start()
         log.info("broker %s serving, endpoints %s", self.config.broker_name, ",".join(self.config.endpoints))
 
     async def stop(self) -> None:
+        await self.consumer.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -38,10 +38,14 @@ class MessageIdTable:
 
     def on_arrival(self, request: DispatchRequest, index: int) -> None:
         message_id = request.uniq_key
-        if not message_id:
-            return
-        self._table[(request.topic, message_id)] = StoredMessage(
-            request.queue_id, request.queue_offset, request.physical_offset, request.topic)
+        if message_id:
+            self.remember(message_id, StoredMessage(request.queue_id, request.queue_offset,
+                                                    request.physical_offset, request.topic))
+
+    def remember(self, message_id: str, stored: StoredMessage) -> None:
+        """Also called by the leader as soon as a send commits: from then until
+        the apply loop reaches the message, a retry must find it here too."""
+        self._table[(stored.topic, message_id)] = stored
         if len(self._table) > self.capacity:
             self._table.popitem(last=False)
 

@@ -119,6 +119,9 @@ class SendService:
 
     # ------------------------------------------------------------------ store
     async def _store(self, config: TopicConfig, messages: Sequence[pb.Message]) -> list[spb.SendResultEntry]:
+        # A new leader knows every message committed before its term only once
+        # it has applied them: look the ids up after that, not before.
+        await self.store.ready_for_writes()
         entries: list[spb.SendResultEntry | None] = [None] * len(messages)
         repeats: list[tuple[int, asyncio.Future[StoredMessage]]] = []
         fresh: list[_Pending] = []
@@ -173,6 +176,7 @@ class SendService:
                 self._sending.pop(key, None)
         for p, result in zip(fresh, results):
             stored = StoredMessage(result.queue_id, result.queue_offset, result.physical_offset, p.stored.topic)
+            self.recent.remember(p.key[1], stored)
             futures[p.key].set_result(stored)
             entries[p.request_index] = self._receipt(p.message, stored, p.key[0], result.message_id)
 

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import grpc
 
 from broker import validation
 from broker.broker import Broker
+from broker.consumer.pull import IllegalOffset
+from broker.consumer.settings import request_timeout_of
 from broker.errors import BrokerError
+from broker.messages import to_timestamp
 from broker.status import ok, status_of
 from broker.telemetry_relay import LEADERSHIP_POLL_S, TelemetryRelay
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -26,6 +30,7 @@ log = logging.getLogger(__name__)
 CLIENT_ID_HEADER = "x-mq-client-id"
 Response = TypeVar("Response")
 Handler = Callable[[Any, str, grpc.aio.ServicerContext], Awaitable[Any]]
+StreamHandler = Callable[[Any, str, grpc.aio.ServicerContext], AsyncIterator[Any]]
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
@@ -137,6 +142,103 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                                context: grpc.aio.ServicerContext) -> spb.EndTransactionResponse:
         await self.broker.transactions.end(request)
         return spb.EndTransactionResponse(status=ok())
+
+    # ------------------------------------------------- consume (broker/consumer/)
+    async def _server_stream(self, method: str, request: Any, context: grpc.aio.ServicerContext,
+                             response_type: type[Response], handler: StreamHandler) -> AsyncIterator[Any]:
+        """The edge of a server-streaming call: exactly one status entry per
+        call, even when the call fails (before the status went out)."""
+        status_sent = False
+        try:
+            client_id = client_id_of(context)
+            if self.forwarder.is_leader():
+                stream = handler(request, client_id, context)
+            else:
+                stream = self.forwarder.server_stream(method, request, context)
+            async for response in stream:
+                status_sent = status_sent or response.HasField("status")
+                yield response
+        except Exception as error:  # noqa: BLE001 - the one place errors become statuses
+            if not status_sent:
+                yield response_type(status=status_of(error))  # type: ignore[call-arg]
+
+    async def ReceiveMessage(self, request: spb.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+                             ) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        async for response in self._server_stream("ReceiveMessage", request, context, spb.ReceiveMessageResponse,
+                                                  self._receive):
+            yield response
+
+    async def _receive(self, request: spb.ReceiveMessageRequest, client_id: str,
+                       context: grpc.aio.ServicerContext) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        receiver = self.broker.consumer.receiver
+        params = receiver.params(request, context.time_remaining(), request_timeout_of(self.broker.clients, client_id))
+        messages = await receiver.receive(params)
+        yield spb.ReceiveMessageResponse(status=ok() if messages else ok("no new message"))
+        if messages:
+            yield spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))
+        for message in messages:
+            yield spb.ReceiveMessageResponse(message=message)
+
+    async def AckMessage(self, request: spb.AckMessageRequest, context: grpc.aio.ServicerContext
+                         ) -> spb.AckMessageResponse:
+        return await self._unary("AckMessage", request, context, spb.AckMessageResponse,
+                                 lambda r, c, x: self.broker.consumer.acks.ack(r))
+
+    async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
+                                      context: grpc.aio.ServicerContext) -> spb.ChangeInvisibleDurationResponse:
+        return await self._unary("ChangeInvisibleDuration", request, context, spb.ChangeInvisibleDurationResponse,
+                                 lambda r, c, x: self.broker.consumer.acks.change_invisible_duration(r))
+
+    async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
+                                              context: grpc.aio.ServicerContext
+                                              ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        return await self._unary("ForwardMessageToDeadLetterQueue", request, context,
+                                 spb.ForwardMessageToDeadLetterQueueResponse,
+                                 lambda r, c, x: self.broker.consumer.acks.forward_to_dead_letter_queue(r))
+
+    async def PullMessage(self, request: spb.PullMessageRequest, context: grpc.aio.ServicerContext
+                          ) -> AsyncIterator[spb.PullMessageResponse]:
+        async for response in self._server_stream("PullMessage", request, context, spb.PullMessageResponse,
+                                                  self._pull):
+            yield response
+
+    async def _pull(self, request: spb.PullMessageRequest, client_id: str,
+                    context: grpc.aio.ServicerContext) -> AsyncIterator[spb.PullMessageResponse]:
+        try:
+            result = await self.broker.consumer.puller.pull(request, context.time_remaining())
+        except IllegalOffset as error:
+            yield spb.PullMessageResponse(status=error.to_status())
+            yield spb.PullMessageResponse(next_offset=error.next_offset)
+            return
+        yield spb.PullMessageResponse(status=result.status)
+        for message in result.messages:
+            yield spb.PullMessageResponse(message=message)
+        yield spb.PullMessageResponse(next_offset=result.next_offset)
+
+    async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: grpc.aio.ServicerContext
+                           ) -> spb.UpdateOffsetResponse:
+        return await self._unary("UpdateOffset", request, context, spb.UpdateOffsetResponse, self._update_offset)
+
+    async def _update_offset(self, request: spb.UpdateOffsetRequest, client_id: str,
+                             context: grpc.aio.ServicerContext) -> spb.UpdateOffsetResponse:
+        await self.broker.consumer.puller.update_offset(request)
+        return spb.UpdateOffsetResponse(status=ok())
+
+    async def GetOffset(self, request: spb.GetOffsetRequest, context: grpc.aio.ServicerContext
+                        ) -> spb.GetOffsetResponse:
+        return await self._unary("GetOffset", request, context, spb.GetOffsetResponse, self._get_offset)
+
+    async def _get_offset(self, request: spb.GetOffsetRequest, client_id: str,
+                          context: grpc.aio.ServicerContext) -> spb.GetOffsetResponse:
+        return spb.GetOffsetResponse(status=ok(), offset=await self.broker.consumer.puller.get_offset(request))
+
+    async def QueryOffset(self, request: spb.QueryOffsetRequest, context: grpc.aio.ServicerContext
+                          ) -> spb.QueryOffsetResponse:
+        return await self._unary("QueryOffset", request, context, spb.QueryOffsetResponse, self._query_offset)
+
+    async def _query_offset(self, request: spb.QueryOffsetRequest, client_id: str,
+                            context: grpc.aio.ServicerContext) -> spb.QueryOffsetResponse:
+        return spb.QueryOffsetResponse(status=ok(), offset=self.broker.consumer.puller.query_offset(request))
 
     # ------------------------------------------------------------- telemetry
     async def _relayed_telemetry(self, client_id: str, request_iterator: AsyncIterator[spb.TelemetryCommand],

@@ -267,6 +267,13 @@ class MessageStore:
             raise MessageTooLargeError(f"message body of {len(message.body)} bytes exceeds the maximum "
                                        f"of {self.config.max_message_size}")
 
+    async def ready_for_writes(self) -> int:
+        """Wait (briefly) until this node may write: it leads and has applied
+        the log up to the start of its term, so its derived state (queue
+        offsets, the broker's tables) covers everything committed before.
+        Returns that index; StoreUnavailableError when it does not lead."""
+        return await self._ready_for_writes()
+
     async def _ready_for_writes(self) -> int:
         """The start of this leader's term, once the store has applied up to it."""
         reput = self._require_started()[0]

@@ -1,0 +1,132 @@
+"""AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue:
+what a consumer does with a message it holds, named by its receipt handle.
+
+A handle is good while it names the message's current lease and that lease
+has not expired (RocketMQ's proxy refuses an expired handle too: the message
+is about to be, or has been, delivered again). Anything else is
+INVALID_RECEIPT_HANDLE with the reason. The change is committed through the
+log before the answer, so a new leader honours it.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from broker import validation
+from broker.consumer.committer import PopCommitter
+from broker.consumer.dead_letter import DeadLetter, DeadLetterService
+from broker.consumer.pop_state import AckOp, ChangeOp, Lease, PopStateManager
+from broker.consumer.receipt import ReceiptHandle, invalid_handle
+from broker.consumer.receive import WallClock, wall_clock_ms
+from broker.consumer.source import StoreQueueSource
+from broker.errors import BrokerError
+from broker.status import ok, status_of
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+from store.message_store import MessageStore
+
+
+class AckService:
+    def __init__(self, store: MessageStore, state: PopStateManager, committer: PopCommitter,
+                 dead_letters: DeadLetterService, clock: WallClock = wall_clock_ms) -> None:
+        self.store = store
+        self.state = state
+        self.committer = committer
+        self.dead_letters = dead_letters
+        self.clock = clock
+        self.acked = 0
+
+    def current_lease(self, group: str, topic: str, handle: ReceiptHandle, now_ms: int) -> Lease:
+        """The lease `handle` names, if it is still the message's and unexpired."""
+        lease = self.state.lease_of(group, topic, handle.queue_id, handle.offset)
+        if lease is None:
+            raise invalid_handle(f"message {topic}/{handle.queue_id}@{handle.offset} is not in flight for group "
+                                 f"{group!r}: it was acknowledged or dead-lettered")
+        if lease.lease != handle.lease:
+            raise invalid_handle("the receipt handle is stale: the message was delivered again or its invisible "
+                                 "duration was changed since (use the handle that call returned)")
+        if lease.deadline_ms <= now_ms:
+            raise invalid_handle(f"the receipt handle expired {(now_ms - lease.deadline_ms) / 1000:.3f} s ago; "
+                                 "the message will be delivered again")
+        return lease
+
+    # ------------------------------------------------------------------ ack
+    async def ack(self, request: spb.AckMessageRequest) -> spb.AckMessageResponse:
+        group, topic = _names(request.group.name, request.topic.name)
+        entries: Sequence[spb.AckMessageEntry] = request.entries
+        if not entries:
+            raise BrokerError(pb.BAD_REQUEST, "an ack needs at least one entry")
+        await self.committer.ready()
+        now = self.clock()
+        statuses: list[pb.Status | None] = [None] * len(entries)
+        ops: dict[int, AckOp] = {}
+        for i, entry in enumerate(entries):
+            try:
+                handle = ReceiptHandle.decode(entry.receipt_handle, group, topic)
+                self.current_lease(group, topic, handle, now)
+            except BrokerError as error:
+                statuses[i] = error.to_status()
+                continue
+            ops.setdefault(handle.queue_id, AckOp(group, topic, handle.queue_id, [])).acks.append(
+                (handle.offset, handle.lease))
+        if ops:
+            try:
+                await self.committer.commit(list(ops.values()))
+                outcome = ok()
+            except Exception as error:  # noqa: BLE001 - the entries' statuses carry it
+                outcome = status_of(error)
+            statuses = [outcome if status is None else status for status in statuses]
+            self.acked += sum(len(op.acks) for op in ops.values()) if outcome.code == pb.OK else 0
+        results = [spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                                             status=status) for entry, status in zip(entries, statuses)]
+        return spb.AckMessageResponse(status=_overall(statuses), entries=results)
+
+    # ----------------------------------------------- change invisible duration
+    async def change_invisible_duration(self, request: spb.ChangeInvisibleDurationRequest
+                                        ) -> spb.ChangeInvisibleDurationResponse:
+        group, topic = _names(request.group.name, request.topic.name)
+        handle = ReceiptHandle.decode(request.receipt_handle, group, topic)
+        duration: timedelta = request.invisible_duration.ToTimedelta()
+        validation.validate_invisible_duration(duration, for_receive=False)
+        await self.committer.ready()
+        now = self.clock()
+        self.current_lease(group, topic, handle, now)
+        deadline = now + int(duration.total_seconds() * 1000)
+        index = await self.committer.commit([ChangeOp(group, topic, handle.queue_id, handle.offset, handle.lease,
+                                                      deadline)])
+        lease = self.state.lease_of(group, topic, handle.queue_id, handle.offset)
+        if lease is None or lease.lease != index:
+            raise invalid_handle("the message was acknowledged or its lease changed by another call meanwhile")
+        renewed = ReceiptHandle(handle.queue_id, handle.offset, index, lease.deadline_ms)
+        return spb.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=renewed.encode(group, topic))
+
+    # ------------------------------------------------------ dead-letter queue
+    async def forward_to_dead_letter_queue(self, request: spb.ForwardMessageToDeadLetterQueueRequest
+                                           ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        group, topic = _names(request.group.name, request.topic.name)
+        handle = ReceiptHandle.decode(request.receipt_handle, group, topic)
+        await self.committer.ready()
+        lease = self.current_lease(group, topic, handle, self.clock())
+        message = StoreQueueSource(self.store, topic, handle.queue_id).read(handle.offset)
+        letter = DeadLetter(handle.queue_id, handle.offset, handle.lease, max(lease.attempt, request.delivery_attempt),
+                            message)
+        await self.dead_letters.forward(group, topic, [letter], "forwarded by the consumer")
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=ok())
+
+
+def _names(group: str, topic: str) -> tuple[str, str]:
+    validation.validate_consumer_group(group)
+    validation.validate_topic(topic)
+    return group, topic
+
+
+def _overall(statuses: Sequence[pb.Status | None]) -> pb.Status:
+    """OK when every entry is; the entries' shared status when they agree (a
+    one-entry ack, as the official clients send, gets its entry's); else
+    MULTIPLE_RESULTS, each entry carrying its own."""
+    codes = {status.code for status in statuses if status is not None}
+    if codes == {pb.OK}:
+        return ok()
+    if len(codes) == 1:
+        return next(status for status in statuses if status is not None)
+    return pb.Status(code=pb.MULTIPLE_RESULTS, message="some entries failed; see each entry's status")

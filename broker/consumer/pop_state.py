@@ -1,0 +1,424 @@
+"""PopState: which messages each consumer group has in flight, replicated.
+
+RocketMQ 5 consumes by "pop": a receive hands out messages under an
+invisibility lease, an ack ends the lease, an expired lease makes the message
+deliverable again with its attempt raised. RocketMQ keeps that bookkeeping
+(pop checkpoints, ack markers) on one broker and loses or repeats some of it
+when the broker changes; here it is a state machine fed by POP_OPS system
+entries in log order on every replica, so a new leader knows exactly which
+messages are in flight, until when, under which lease, and which are acked.
+
+Per (consumer group, topic, queue id), a PopQueue holds:
+
+    pop_offset   the scan frontier: every offset below it was delivered at
+                 least once or skipped (its tag did not match), unless blocked
+    in_flight    offset -> Lease (lease id, deadline, attempt, message group):
+                 delivered and not yet acked
+    blocked      FIFO groups only: offset -> message group, scanned but held
+                 back because an earlier message of its group was in flight
+
+Everything below min(in_flight, blocked, pop_offset) is consumed: that is the
+group's consumer offset.
+
+A lease id is the index of the entry that granted it, the same on every
+replica; receipt handles carry it. Every op is a compare-and-set, so a
+decision the leader took on a view that was stale by the time its entry was
+applied (another receive raced it, an ack crossed an expiry, a new leader had
+not applied everything) is a no-op on every replica alike:
+
+    pop     new deliveries take effect only if the op's scan starts at
+            pop_offset (pop_offset then moves to the scan's end); a
+            redelivery only if the offset is still leased under the lease it
+            expired under; a blocked offset only while it is blocked
+    ack     ends the lease only if it is still the one named
+    change  moves the deadline (a new lease id) only if the lease is the one named
+    dead    like ack: the message went to the dead-letter queue
+    reset   sets the frontier, dropping the queue's leases and blocked offsets
+
+The leader reads the outcome back (`lease_of`) before it answers a client.
+Deadlines are wall-clock milliseconds chosen by the leader and stored in the
+op, so applying never reads a clock.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from store.config_manager import ConfigManager
+from store.system_entry import SystemKind
+
+# System entry kinds 100..119 are the consumer's; 100 carries every pop op.
+POP_OPS_KIND = SystemKind.BROKER_BASE
+# Receives remembered by attempt id (a retried receive gets the same batch back).
+ATTEMPT_CACHE_SIZE = 10_000
+
+QueueKey = tuple[str, str, int]  # consumer group, topic, queue id
+ReleaseListener = Callable[[str, str], None]  # (group, topic): messages may have become deliverable
+
+
+@dataclass(slots=True)
+class Lease:
+    lease: int                 # index of the entry that granted it
+    deadline_ms: int           # wall clock: invisible until then
+    attempt: int               # delivery attempt, 1 on first delivery
+    message_group: str | None = None  # FIFO groups: the message's group ("" when it has none)
+
+
+class PopQueue:
+    """One (group, topic, queue)'s pop state; see the module doc."""
+
+    __slots__ = ("pop_offset", "in_flight", "blocked", "_deadlines", "_expired")
+
+    def __init__(self, pop_offset: int) -> None:
+        self.pop_offset = pop_offset
+        self.in_flight: dict[int, Lease] = {}
+        self.blocked: dict[int, str] = {}
+        # Derived, not replicated: a heap of (deadline, offset, lease) with
+        # stale entries skipped lazily, and the leases found expired so far.
+        self._deadlines: list[tuple[int, int, int]] = []
+        self._expired: dict[int, Lease] = {}
+
+    def consumed_offset(self) -> int:
+        lowest = self.pop_offset
+        if self.in_flight:
+            lowest = min(lowest, min(self.in_flight))
+        if self.blocked:
+            lowest = min(lowest, min(self.blocked))
+        return lowest
+
+    # -------------------------------------------------------------- changes
+    def grant(self, offset: int, lease: Lease) -> None:
+        self.in_flight[offset] = lease
+        self._expired.pop(offset, None)
+        heapq.heappush(self._deadlines, (lease.deadline_ms, offset, lease.lease))
+        # Acked leases leave their heap entries behind until their deadline;
+        # rebuild before they outnumber the live ones (an ack-heavy queue with
+        # long leases would otherwise keep every lease it ever granted).
+        if len(self._deadlines) > 2 * len(self.in_flight) + 1024:
+            self._deadlines = [(l.deadline_ms, o, l.lease) for o, l in self.in_flight.items()]
+            heapq.heapify(self._deadlines)
+
+    def release(self, offset: int, lease_id: int) -> Lease | None:
+        """End the lease if it is still `lease_id`; returns it, or None."""
+        lease = self.in_flight.get(offset)
+        if lease is None or lease.lease != lease_id:
+            return None
+        del self.in_flight[offset]
+        self._expired.pop(offset, None)
+        return lease
+
+    # ------------------------------------------------------------- queries
+    def expired(self, now_ms: int) -> dict[int, Lease]:
+        """Leases past their deadline (offset -> lease), as of `now_ms`."""
+        heap = self._deadlines
+        while heap and heap[0][0] <= now_ms:
+            deadline, offset, lease_id = heapq.heappop(heap)
+            lease = self.in_flight.get(offset)
+            if lease is not None and lease.lease == lease_id:
+                self._expired[offset] = lease
+        return self._expired
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline of a lease not yet found expired."""
+        heap = self._deadlines
+        while heap:
+            deadline, offset, lease_id = heap[0]
+            lease = self.in_flight.get(offset)
+            if lease is not None and lease.lease == lease_id:
+                return deadline
+            heapq.heappop(heap)
+        return None
+
+
+# ===================================================================== ops
+
+
+@dataclass
+class PopOp:
+    """A receive on one queue: a scan of new messages [start, end) with those
+    delivered and those blocked, plus redeliveries of expired leases and
+    deliveries of blocked messages, all under one deadline."""
+    group: str
+    topic: str
+    queue_id: int
+    deadline_ms: int
+    start: int
+    end: int
+    new: list[int] = field(default_factory=list)
+    new_groups: list[str] | None = None          # FIFO: message group of each of `new`
+    blocked: list[tuple[int, str]] = field(default_factory=list)
+    redo: list[tuple[int, int, int]] = field(default_factory=list)  # (offset, expired lease, attempt now)
+    unblock: list[int] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)   # blocked offsets whose message retention removed
+    attempt_id: str | None = None
+    # Where the group starts on a queue it never popped (the leader decided
+    # with no state for it); the scan must still start there to count.
+    initial: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"op": "pop", "group": self.group, "topic": self.topic, "queue": self.queue_id,
+                                "deadline": self.deadline_ms, "start": self.start, "end": self.end}
+        if self.new:
+            data["new"] = self.new
+        if self.new_groups is not None:
+            data["newGroups"] = self.new_groups
+        if self.blocked:
+            data["blocked"] = [list(b) for b in self.blocked]
+        if self.redo:
+            data["redo"] = [list(r) for r in self.redo]
+        if self.unblock:
+            data["unblock"] = self.unblock
+        if self.dropped:
+            data["dropped"] = self.dropped
+        if self.attempt_id is not None:
+            data["attemptId"] = self.attempt_id
+        if self.initial is not None:
+            data["initial"] = self.initial
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PopOp:
+        return cls(data["group"], data["topic"], int(data["queue"]), int(data["deadline"]), int(data["start"]),
+                   int(data["end"]), [int(o) for o in data.get("new", ())], data.get("newGroups"),
+                   [(int(o), str(g)) for o, g in data.get("blocked", ())],
+                   [(int(o), int(l), int(a)) for o, l, a in data.get("redo", ())],
+                   [int(o) for o in data.get("unblock", ())], [int(o) for o in data.get("dropped", ())],
+                   data.get("attemptId"), int(data["initial"]) if "initial" in data else None)
+
+    @property
+    def scans(self) -> bool:
+        return self.end != self.start or bool(self.new) or bool(self.blocked)
+
+
+@dataclass
+class AckOp:
+    """Acks (or, with dead=True, dead-letterings) of leases on one queue."""
+    group: str
+    topic: str
+    queue_id: int
+    acks: list[tuple[int, int]]        # (offset, lease)
+    dead: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": "dead" if self.dead else "ack", "group": self.group, "topic": self.topic,
+                "queue": self.queue_id, "acks": [list(a) for a in self.acks]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AckOp:
+        return cls(data["group"], data["topic"], int(data["queue"]),
+                   [(int(o), int(l)) for o, l in data["acks"]], data["op"] == "dead")
+
+
+@dataclass
+class ChangeOp:
+    """ChangeInvisibleDuration: the lease on `offset` is replaced by one
+    (this entry's index) ending at `deadline_ms`."""
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    lease: int
+    deadline_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": "change", "group": self.group, "topic": self.topic, "queue": self.queue_id,
+                "offset": self.offset, "lease": self.lease, "deadline": self.deadline_ms}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ChangeOp:
+        return cls(data["group"], data["topic"], int(data["queue"]), int(data["offset"]), int(data["lease"]),
+                   int(data["deadline"]))
+
+
+@dataclass
+class ResetOp:
+    """Start the queue over at `offset` (UpdateOffset, an offset reset)."""
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": "reset", "group": self.group, "topic": self.topic, "queue": self.queue_id,
+                "offset": self.offset}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ResetOp:
+        return cls(data["group"], data["topic"], int(data["queue"]), int(data["offset"]))
+
+
+Op = PopOp | AckOp | ChangeOp | ResetOp
+_DECODERS: dict[str, Callable[[dict[str, Any]], Op]] = {
+    "pop": PopOp.from_json, "ack": AckOp.from_json, "dead": AckOp.from_json,
+    "change": ChangeOp.from_json, "reset": ResetOp.from_json}
+
+
+def ops_payload(ops: list[Op]) -> dict[str, Any]:
+    return {"ops": [op.to_json() for op in ops]}
+
+
+def decode_op(data: dict[str, Any]) -> Op:
+    return _DECODERS[data["op"]](data)
+
+
+# ================================================================ manager
+
+
+@dataclass(frozen=True)
+class RecentReceive:
+    """What a receive with an attempt id got: a retry with the same id gets it again."""
+    index: int
+    topic: str
+    offsets: tuple[tuple[int, int], ...]  # (queue id, offset)
+
+
+class PopStateManager(ConfigManager):
+    """Applies POP_OPS entries; snapshotted to popState.json."""
+
+    file_name = "popState.json"
+    kinds = frozenset({POP_OPS_KIND})
+
+    def __init__(self, config_dir: str) -> None:
+        super().__init__(config_dir)
+        self.queues: dict[QueueKey, PopQueue] = {}
+        self._by_subscription: dict[tuple[str, str], dict[int, PopQueue]] = {}
+        self.release_listeners: list[ReleaseListener] = []
+        self._recent: OrderedDict[tuple[str, str], RecentReceive] = OrderedDict()
+
+    # ------------------------------------------------------------- queries
+    def queue(self, group: str, topic: str, queue_id: int) -> PopQueue | None:
+        return self.queues.get((group, topic, queue_id))
+
+    def queues_of(self, group: str, topic: str) -> dict[int, PopQueue]:
+        return self._by_subscription.get((group, topic), {})
+
+    def lease_of(self, group: str, topic: str, queue_id: int, offset: int) -> Lease | None:
+        queue = self.queues.get((group, topic, queue_id))
+        return queue.in_flight.get(offset) if queue is not None else None
+
+    def next_deadline(self, group: str, topic: str) -> int | None:
+        deadlines = [d for q in self.queues_of(group, topic).values() if (d := q.next_deadline()) is not None]
+        return min(deadlines, default=None)
+
+    def recent_receive(self, group: str, attempt_id: str) -> RecentReceive | None:
+        return self._recent.get((group, attempt_id))
+
+    def __iter__(self) -> Iterator[tuple[QueueKey, PopQueue]]:
+        return iter(list(self.queues.items()))
+
+    # ------------------------------------------------------------ applying
+    def apply(self, index: int, kind: int, payload: dict[str, Any]) -> None:
+        # The lease ids are entry indexes, so unlike the other managers this
+        # one needs the index of the entry it applies.
+        if index <= self.applied_index:
+            return
+        released: set[tuple[str, str]] = set()
+        for data in payload["ops"]:
+            op = decode_op(data)
+            if self.apply_op(index, op):
+                released.add((op.group, op.topic))
+        self.applied_index = index
+        for group, topic in released:
+            for listener in self.release_listeners:
+                listener(group, topic)
+
+    def apply_entry(self, kind: int, payload: dict[str, Any]) -> None:  # pragma: no cover - apply() is overridden
+        raise NotImplementedError
+
+    def apply_op(self, index: int, op: Op) -> bool:
+        """Apply one op of entry `index`; True when it may have made messages
+        deliverable (a lease ended, moved or was reset)."""
+        if isinstance(op, PopOp):
+            self._apply_pop(index, op)
+            return False
+        if isinstance(op, AckOp):
+            queue = self.queues.get((op.group, op.topic, op.queue_id))
+            if queue is None:
+                return False
+            return any([queue.release(offset, lease) is not None for offset, lease in op.acks])
+        if isinstance(op, ChangeOp):
+            queue = self.queues.get((op.group, op.topic, op.queue_id))
+            lease = queue.in_flight.get(op.offset) if queue is not None else None
+            if queue is None or lease is None or lease.lease != op.lease:
+                return False
+            queue.grant(op.offset, Lease(index, op.deadline_ms, lease.attempt, lease.message_group))
+            return True
+        self._set_queue((op.group, op.topic, op.queue_id), PopQueue(op.offset))
+        return True
+
+    def _apply_pop(self, index: int, op: PopOp) -> None:
+        key = (op.group, op.topic, op.queue_id)
+        queue = self.queues.get(key)
+        if queue is None:
+            # Not op.start: a receive that followed one whose entry was lost
+            # starts where that one ended, and must not skip its messages.
+            queue = self._set_queue(key, PopQueue(op.start if op.initial is None else op.initial))
+        granted: list[tuple[int, int]] = []
+        if op.scans and queue.pop_offset == op.start:
+            queue.pop_offset = op.end
+            groups = op.new_groups
+            for i, offset in enumerate(op.new):
+                queue.grant(offset, Lease(index, op.deadline_ms, 1, groups[i] if groups is not None else None))
+                granted.append((op.queue_id, offset))
+            for offset, message_group in op.blocked:
+                queue.blocked[offset] = message_group
+        for offset, expired_lease, attempt in op.redo:
+            lease = queue.in_flight.get(offset)
+            if lease is not None and lease.lease == expired_lease:
+                queue.grant(offset, Lease(index, op.deadline_ms, attempt, lease.message_group))
+                granted.append((op.queue_id, offset))
+        for offset in op.unblock:
+            message_group = queue.blocked.pop(offset, None)
+            if message_group is not None:
+                queue.grant(offset, Lease(index, op.deadline_ms, 1, message_group))
+                granted.append((op.queue_id, offset))
+        for offset in op.dropped:
+            queue.blocked.pop(offset, None)
+        if op.attempt_id is not None:
+            self._remember(op.group, op.attempt_id, index, op.topic, granted)
+
+    def _remember(self, group: str, attempt_id: str, index: int, topic: str, granted: list[tuple[int, int]]) -> None:
+        key = (group, attempt_id)
+        known = self._recent.get(key)
+        offsets = tuple(granted)
+        if known is not None and known.index == index:
+            offsets = known.offsets + offsets  # one receive, several queues in one entry
+        self._recent[key] = RecentReceive(index, topic, offsets)
+        self._recent.move_to_end(key)
+        while len(self._recent) > ATTEMPT_CACHE_SIZE:
+            self._recent.popitem(last=False)
+
+    def _set_queue(self, key: QueueKey, queue: PopQueue) -> PopQueue:
+        self.queues[key] = queue
+        self._by_subscription.setdefault((key[0], key[1]), {})[key[2]] = queue
+        return queue
+
+    # --------------------------------------------------------------- files
+    def snapshot(self, force: bool = False) -> tuple[bytes, int] | None:
+        """Compact JSON: this file changes with every receive and ack and may
+        list thousands of leases, and only the compact form is encoded in C
+        (an indented dump of a busy pop state costs the event loop tens of ms)."""
+        if self.applied_index == self._persisted_index and not force:
+            return None
+        data = self.encode()
+        data["appliedIndex"] = self.applied_index
+        return json.dumps(data, separators=(",", ":"), sort_keys=True).encode("utf-8"), self.applied_index
+
+    def encode(self) -> dict[str, Any]:
+        return {"popQueues": [
+            {"group": g, "topic": t, "queue": q, "popOffset": queue.pop_offset,
+             "inFlight": [[o, l.lease, l.deadline_ms, l.attempt, l.message_group]
+                          for o, l in sorted(queue.in_flight.items())],
+             "blocked": [[o, mg] for o, mg in sorted(queue.blocked.items())]}
+            for (g, t, q), queue in sorted(self.queues.items())]}
+
+    def decode(self, data: dict[str, Any]) -> None:
+        self.queues, self._by_subscription = {}, {}
+        for item in data["popQueues"]:
+            queue = self._set_queue((item["group"], item["topic"], int(item["queue"])), PopQueue(int(item["popOffset"])))
+            for offset, lease, deadline, attempt, message_group in item["inFlight"]:
+                queue.grant(int(offset), Lease(int(lease), int(deadline), int(attempt), message_group))
+            queue.blocked = {int(o): str(mg) for o, mg in item["blocked"]}

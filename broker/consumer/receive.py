@@ -1,0 +1,228 @@
+"""ReceiveMessage: pop messages for a consumer group, long polling when there
+are none.
+
+One receive looks at the topic's readable queues in turn, starting with the
+one the client named (the official clients round-robin over queues; popping
+is balanced by message, so any consumer may be served from any queue), and
+decides per queue what to deliver (selection.py). The decisions become pop
+ops, committed through the log (committer.py) before a single message is
+returned: a message is never in a client's hands without its lease being
+replicated. Ops that lost a race by the time they were applied deliver
+nothing; the client gets the rest.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Awaitable, Callable
+
+from broker import validation
+from broker.consumer.committer import ClaimTable, PopCommitter
+from broker.consumer.config import ConsumerConfig
+from broker.consumer.long_polling import LongPollingService
+from broker.consumer.pop_state import PopStateManager
+from broker.consumer.receipt import ReceiptHandle
+from broker.consumer.selection import Request, Selection, message_group_of, select
+from broker.consumer.source import StoreQueueSource, initial_offset
+from broker.errors import BrokerError
+from broker.filter_expression import TagFilter, parse_filter_expression
+from broker.messages import to_delivered
+from broker.topics import TopicService
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+from store.message_store import MessageStore
+from store.subscription_group import SubscriptionGroupConfig
+from store.topic_config import PERM_READ
+
+log = logging.getLogger(__name__)
+
+WallClock = Callable[[], int]  # ms since the epoch
+EnsureGroup = Callable[[str], Awaitable[SubscriptionGroupConfig]]
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def max_attempts(group: SubscriptionGroupConfig) -> int:
+    """Deliveries before the dead-letter queue: the first plus retry_max_times
+    retries, as RocketMQ counts them (16 retries: 17 deliveries)."""
+    return group.retry_max_times + 1
+
+
+@dataclass(frozen=True)
+class ReceiveParams:
+    group: str
+    topic: str
+    queue_id: int
+    batch: int
+    invisible: timedelta
+    polling: timedelta
+    tag_filter: TagFilter
+    attempt_id: str | None
+
+
+class ReceiveService:
+    def __init__(self, config: ConsumerConfig, store: MessageStore, topics: TopicService, state: PopStateManager,
+                 committer: PopCommitter, claims: ClaimTable, polling: LongPollingService, ensure_group: EnsureGroup,
+                 clock: WallClock = wall_clock_ms) -> None:
+        self.config = config
+        self.store = store
+        self.topics = topics
+        self.state = state
+        self.committer = committer
+        self.claims = claims
+        self.polling = polling
+        self.ensure_group = ensure_group
+        self.clock = clock
+        self.received = 0
+
+    # ------------------------------------------------------------ requests
+    def params(self, request: spb.ReceiveMessageRequest, time_remaining: float | None,
+               request_timeout: timedelta) -> ReceiveParams:
+        """Check a request; BrokerError with the protocol's code when it is bad."""
+        group = request.group.name
+        validation.validate_consumer_group(group)
+        topic = request.message_queue.topic.name
+        validation.validate_topic(topic)
+        tag_filter = parse_filter_expression(request.filter_expression.type, request.filter_expression.expression)
+        if not 0 < request.batch_size <= self.config.max_batch_size:
+            raise BrokerError(pb.BAD_REQUEST, f"batch_size {request.batch_size} is outside 1..{self.config.max_batch_size}")
+        if request.HasField("invisible_duration"):
+            invisible = request.invisible_duration.ToTimedelta()
+            validation.validate_invisible_duration(invisible, for_receive=True)
+        elif request.auto_renew:
+            invisible = self.config.default_invisible_duration
+        else:
+            raise BrokerError(pb.ILLEGAL_INVISIBLE_TIME, "the request names no invisible duration; a simple "
+                                                         "consumer must choose one")
+        remaining = timedelta(seconds=time_remaining) if time_remaining is not None else None
+        requested = request.long_polling_timeout.ToTimedelta() if request.HasField("long_polling_timeout") else None
+        polling = validation.effective_long_polling_timeout(requested, remaining, request_timeout)
+        if remaining is not None:
+            # Answer before the client's deadline, with room for the answer to travel.
+            polling = max(timedelta(0), min(polling, remaining - self.config.deadline_margin))
+        return ReceiveParams(group, topic, request.message_queue.id, request.batch_size, invisible, polling,
+                             tag_filter, request.attempt_id if request.HasField("attempt_id") else None)
+
+    async def receive(self, params: ReceiveParams) -> list[pb.Message]:
+        """Messages for the group, waiting up to the polling time for some."""
+        config = self.topics.get(params.topic)
+        if config is None:
+            raise BrokerError(pb.TOPIC_NOT_FOUND, f"topic {params.topic!r} does not exist")
+        if not config.perm & PERM_READ or config.read_queue_nums <= 0:
+            raise BrokerError(pb.FORBIDDEN, f"topic {params.topic!r} is not readable")
+        group = await self.ensure_group(params.group)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + params.polling.total_seconds()
+        if params.attempt_id is not None:
+            again = self._repeat(params)
+            if again:
+                return again
+        while True:
+            await self.committer.ready()
+            waiter = self.polling.register(params.topic)
+            try:
+                messages = await self._pop_once(params, group, config.read_queue_nums)
+                if messages:
+                    self.received += len(messages)
+                    return messages
+                remaining = give_up - loop.time()
+                if remaining <= 0:
+                    return []
+                await waiter.wait(min(remaining, self._until_next_deadline(params),
+                                      self.config.leader_check_interval_s))
+            finally:
+                waiter.close()
+
+    def _until_next_deadline(self, params: ReceiveParams) -> float:
+        deadline = self.state.next_deadline(params.group, params.topic)
+        if deadline is None:
+            return float("inf")
+        return max(0.0, (deadline - self.clock()) / 1000)
+
+    # -------------------------------------------------------------- popping
+    async def _pop_once(self, params: ReceiveParams, group: SubscriptionGroupConfig, queues: int) -> list[pb.Message]:
+        now = self.clock()
+        deadline = now + int(params.invisible.total_seconds() * 1000)
+        fifo = group.consume_message_orderly
+        selections: list[Selection] = []
+        wanted = params.batch
+        first = params.queue_id % queues if params.queue_id >= 0 else 0
+        for i in range(queues):
+            queue_id = (first + i) % queues
+            request = Request(params.group, params.topic, queue_id, wanted, deadline, now, max_attempts(group),
+                              params.tag_filter, fifo, self.config.fifo_scan_extra, self.config.fifo_max_blocked,
+                              params.attempt_id)
+            key = (params.group, params.topic, queue_id)
+            queue = self.state.queues.get(key)
+            start = initial_offset(self.store, params.group, params.topic, queue_id) if queue is None else 0
+            selection = select(request, queue, start, self.claims.get(key), StoreQueueSource(self.store, params.topic,
+                                                                                           queue_id))
+            if selection.changes_state:
+                selections.append(selection)
+                wanted -= len(selection.deliveries)
+                if wanted <= 0:
+                    break
+        if not selections:
+            return []
+        index = await self._commit(selections)
+        return self._delivered(params, selections, index)
+
+    async def _commit(self, selections: list[Selection]) -> int:
+        held = []
+        for selection in selections:
+            op = selection.op
+            key = (op.group, op.topic, op.queue_id)
+            # FIFO: the message groups this receive delivers or holds back are
+            # held for concurrent receives until its entry is applied.
+            groups = [] if op.new_groups is None else \
+                [message_group_of(d.message) for d in selection.deliveries] + [g for _, g in op.blocked]
+            claim = (key, op.end if op.scans else None, [d.offset for d in selection.deliveries], groups)
+            self.claims.hold(*claim)
+            held.append(claim)
+        try:
+            return await self.committer.commit([s.op for s in selections])
+        finally:
+            for claim in held:
+                self.claims.release(*claim)
+
+    def _delivered(self, params: ReceiveParams, selections: list[Selection], index: int) -> list[pb.Message]:
+        """The messages whose lease this entry granted (a decision that lost a
+        race by the time it was applied delivers nothing)."""
+        messages = []
+        for selection in selections:
+            queue_id = selection.op.queue_id
+            for delivery in selection.deliveries:
+                lease = self.state.lease_of(params.group, params.topic, queue_id, delivery.offset)
+                if lease is None or lease.lease != index:
+                    continue
+                handle = ReceiptHandle(queue_id, delivery.offset, index, lease.deadline_ms)
+                messages.append(to_delivered(delivery.message, receipt_handle=handle.encode(params.group, params.topic),
+                                             delivery_attempt=lease.attempt, invisible_duration=params.invisible))
+        return messages
+
+    def _repeat(self, params: ReceiveParams) -> list[pb.Message]:
+        """A retried receive (same attempt id) gets the batch it was given,
+        as far as those leases still stand."""
+        assert params.attempt_id is not None
+        recent = self.state.recent_receive(params.group, params.attempt_id)
+        if recent is None or recent.topic != params.topic:
+            return []
+        now = self.clock()
+        messages = []
+        for queue_id, offset in recent.offsets:
+            lease = self.state.lease_of(params.group, params.topic, queue_id, offset)
+            if lease is None or lease.lease != recent.index or lease.deadline_ms <= now:
+                continue
+            stored = StoreQueueSource(self.store, params.topic, queue_id).read(offset)
+            if stored is None:
+                continue
+            handle = ReceiptHandle(queue_id, offset, recent.index, lease.deadline_ms)
+            remaining = timedelta(milliseconds=lease.deadline_ms - now)
+            messages.append(to_delivered(stored, receipt_handle=handle.encode(params.group, params.topic),
+                                         delivery_attempt=lease.attempt, invisible_duration=remaining))
+        return messages

@@ -1,0 +1,169 @@
+"""The consumer services on three in-process nodes (real DLedgerServers and
+stores on the in-memory network): pop state changes share log entries (group
+commit), every replica derives the same pop state, a new leader honours the
+old leader's leases and acks, and an unknown group is refused when groups are
+not auto-created."""
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+
+import pytest
+
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.consumer.receive import ReceiveParams
+from broker.errors import BrokerError
+from broker.filter_expression import MATCH_ALL
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+from store.config import MessageStoreConfig
+from store.message_store import MessageStore
+from store.socket_address import SocketAddress
+from tests.unit.raft_harness import Cluster
+from tests.unit.store_harness import StoreCluster, message
+
+pytestmark = pytest.mark.timeout(60)
+TOPIC, GROUP = "Orders", "Billing"
+CALM = dict(heartbeat_interval_s=0.1, election_timeout_min_s=0.8, election_timeout_max_s=1.6, rpc_timeout_s=1.0,
+            push_timeout_s=1.0, follower_gap_timeout_s=1.0, max_wait_ack_s=5.0)
+
+
+class BrokerCluster(StoreCluster):
+    """StoreCluster with a Broker on every node, built before its store
+    starts (as cluster/node.py does) so that the pop state is replayed."""
+
+    def __init__(self, base_dir: str, auto_create_group: bool = True) -> None:
+        # Calmer than the Raft tests' timings: these tests are about the
+        # consumer, and must not see elections on a busy machine.
+        super().__init__(base_dir, **CALM)
+        self.auto_create_group = auto_create_group
+        self.brokers: dict[str, Broker] = {}
+
+    async def start(self, node: str | None = None) -> None:
+        for node_id in [node] if node else list(self.configs):
+            await Cluster.start(self, node_id)
+            server = self.servers[node_id]
+            store = MessageStore(MessageStoreConfig(store_dir=os.path.join(self.configs[node_id].data_dir, "store"),
+                                                    **self.store_settings),  # type: ignore[arg-type]
+                                 server, SocketAddress("127.0.0.1", 30000 + int(node_id[1:])))
+            broker = Broker(BrokerConfig("g", ("127.0.0.1:1",), auto_create_group=self.auto_create_group),
+                            store, server)
+            await store.start()
+            await broker.start()
+            self.stores[node_id], self.brokers[node_id] = store, broker
+
+    async def stop(self, node: str | None = None) -> None:
+        for node_id in [node] if node else list(self.brokers):
+            broker = self.brokers.pop(node_id, None)
+            if broker is not None:
+                await broker.stop()
+        await super().stop(node)
+
+    async def leader_broker(self) -> Broker:
+        return self.brokers[await self.wait_leader()]
+
+
+def params(batch: int = 32, invisible_s: float = 30.0, polling_s: float = 0.0, group: str = GROUP) -> ReceiveParams:
+    # Built directly: the protocol's 10 s minimum lease would make these tests slow.
+    return ReceiveParams(group, TOPIC, 0, batch, timedelta(seconds=invisible_s), timedelta(seconds=polling_s),
+                         MATCH_ALL, None)
+
+
+def ack_request(*messages: pb.Message) -> spb.AckMessageRequest:
+    return spb.AckMessageRequest(group=pb.Resource(name=GROUP), topic=pb.Resource(name=TOPIC), entries=[
+        spb.AckMessageEntry(message_id=m.system_properties.message_id, receipt_handle=m.system_properties.receipt_handle)
+        for m in messages])
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    c = BrokerCluster(str(tmp_path))
+    await c.start()
+    await c.create_topic(TOPIC, queues=2)
+    store = await c.leader_store()
+    await store.put_messages([message(TOPIC, b"m%d" % i, queue_id=i % 2, uniq_key=f"ID{i}") for i in range(40)])
+    await c.wait_applied()
+    yield c
+    await c.stop()
+
+
+async def test_concurrent_receives_and_acks_share_log_entries(cluster: BrokerCluster):
+    consumer = (await cluster.leader_broker()).consumer
+    before = consumer.committer.entries
+    batches = await asyncio.gather(*(consumer.receiver.receive(params(batch=1)) for _ in range(40)))
+    received = [m for batch in batches for m in batch]
+    assert sorted(m.body for m in received) == sorted(b"m%d" % i for i in range(40))
+    receive_entries = consumer.committer.entries - before
+    assert receive_entries < 20, receive_entries
+    answers = await asyncio.gather(*(consumer.acks.ack(ack_request(m)) for m in received))
+    assert all(a.status.code == pb.OK for a in answers)
+    assert consumer.committer.entries - before - receive_entries < 20
+
+
+async def test_every_replica_derives_the_same_pop_state(cluster: BrokerCluster):
+    consumer = (await cluster.leader_broker()).consumer
+    got = await consumer.receiver.receive(params(batch=16))
+    await consumer.acks.ack(ack_request(*got[::3]))
+    await cluster.wait_applied()
+    snapshots = {node: broker.consumer.state.encode() for node, broker in cluster.brokers.items()}
+    assert len({repr(s) for s in snapshots.values()}) == 1
+    assert sum(len(q["inFlight"]) for q in next(iter(snapshots.values()))["popQueues"]) == 16 - len(got[::3])
+
+
+async def test_a_new_leader_honours_the_old_leaders_leases_and_acks(cluster: BrokerCluster):
+    old = await cluster.wait_leader()
+    consumer = cluster.brokers[old].consumer
+    got = await consumer.receiver.receive(params(batch=10, invisible_s=4.0))  # outlives the election
+    acked, held = got[:5], got[5:]
+    assert (await consumer.acks.ack(ack_request(*acked))).status.code == pb.OK
+    await cluster.wait_applied()
+    await cluster.stop(old)
+    new = await cluster.wait_leader(timeout=10, among=[n for n in cluster.brokers if n != old])
+    successor = cluster.brokers[new].consumer
+    # A handle the old leader gave out still works with the new one.
+    assert (await successor.acks.ack(ack_request(held[0]))).status.code == pb.OK
+    # The rest come back once their lease runs out; nothing acked comes back.
+    again: list[pb.Message] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 15
+    while sum(m.system_properties.delivery_attempt > 1 for m in again) < 4 and loop.time() < deadline:
+        again += await successor.receiver.receive(params(batch=40, invisible_s=30.0, polling_s=2.0))
+    redelivered = sorted(m.system_properties.message_id for m in again if m.system_properties.delivery_attempt > 1)
+    assert redelivered == sorted(m.system_properties.message_id for m in held[1:])
+    fresh = {m.system_properties.message_id for m in again if m.system_properties.delivery_attempt == 1}
+    assert not fresh & {m.system_properties.message_id for m in got}
+
+
+async def test_the_pop_state_is_recovered_from_its_snapshot_and_the_log_after_a_restart(cluster: BrokerCluster):
+    leader = await cluster.wait_leader()
+    consumer = cluster.brokers[leader].consumer
+    got = await consumer.receiver.receive(params(batch=8))
+    await consumer.acks.ack(ack_request(*got[:4]))
+    await cluster.wait_applied()
+    follower = next(n for n in cluster.brokers if n != leader)
+    expected = cluster.brokers[follower].consumer.state.encode()
+    await cluster.stop(follower)
+    await cluster.start(follower)
+    await cluster.wait_applied()
+    assert cluster.brokers[follower].consumer.state.encode() == expected
+
+
+async def test_an_unknown_group_is_refused_when_groups_are_not_auto_created(tmp_path):
+    cluster = BrokerCluster(str(tmp_path), auto_create_group=False)
+    await cluster.start()
+    try:
+        await cluster.create_topic(TOPIC, queues=2)
+        broker = await cluster.leader_broker()
+        with pytest.raises(BrokerError) as refused:
+            await broker.consumer.receiver.receive(params(group="NoSuchGroup"))
+        assert refused.value.code == pb.CONSUMER_GROUP_NOT_FOUND
+        pull = spb.PullMessageRequest(group=pb.Resource(name="NoSuchGroup"), offset=0, batch_size=1,
+                                      message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC), id=0))
+        with pytest.raises(BrokerError) as refused:
+            await broker.consumer.puller.pull(pull, None)
+        assert refused.value.code == pb.CONSUMER_GROUP_NOT_FOUND
+    finally:
+        await cluster.stop()
+

@@ -1,0 +1,322 @@
+"""The pop state machine's rules and the leader's selection, without sockets:
+leases, acks, expiry and redelivery, compare-and-set against stale
+decisions, FIFO message groups, snapshots, receipt handles."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from broker.consumer.committer import ClaimTable
+from broker.consumer.pop_state import AckOp, ChangeOp, PopOp, PopQueue, PopStateManager, ResetOp, ops_payload
+from broker.consumer.receipt import ReceiptHandle
+from broker.consumer.selection import QueueClaims, Request, select
+from broker.consumer.source import start_offset
+from broker.errors import BrokerError
+from broker.filter_expression import MATCH_ALL, parse_filter_expression
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from store import message_const as mc
+from store.codec import MessageExt
+
+G, T = "group", "topic"
+NOW = 1_000_000
+
+
+class ListSource:
+    """A queue's messages in memory (selection.MessageSource)."""
+
+    def __init__(self, messages: list[MessageExt]) -> None:
+        self.messages = messages
+
+    def read(self, offset: int) -> MessageExt | None:
+        return self.messages[offset] if 0 <= offset < len(self.messages) else None
+
+    def scan(self, start: int, max_count: int, tag_hashes: set[int] | None) -> tuple[list[MessageExt], int]:
+        found = self.messages[start:start + max_count]
+        return found, start + len(found)
+
+
+def messages(count: int, tag: str | None = None, groups: list[str] | None = None) -> ListSource:
+    result = []
+    for offset in range(count):
+        properties = {mc.UNIQ_KEY: f"id{offset}"}
+        if tag is not None:
+            properties[mc.TAGS] = tag if offset % 2 == 0 else "other"
+        if groups is not None:
+            properties[mc.MESSAGE_GROUP] = groups[offset]
+        result.append(MessageExt(topic=T, body=b"m%d" % offset, queue_offset=offset, properties=properties))
+    return ListSource(result)
+
+
+def request(batch: int = 4, now: int = NOW, fifo: bool = False, max_attempts: int = 17, tags: str = "*") -> Request:
+    return Request(G, T, 0, batch, now + 10_000, now, max_attempts, parse_filter_expression(pb.TAG, tags), fifo)
+
+
+def apply(state: PopStateManager, index: int, *ops) -> None:
+    state.apply(index, 100, ops_payload(list(ops)))
+
+
+def pop(state: PopStateManager, index: int, source: ListSource, **kwargs) -> list[int]:
+    """Decide and apply one receive; returns the offsets it delivered."""
+    selection = select(request(**kwargs), state.queue(G, T, 0), 0, None, source)
+    apply(state, index, selection.op)
+    return [d.offset for d in selection.deliveries if (lease := state.lease_of(G, T, 0, d.offset))
+            and lease.lease == index]
+
+
+@pytest.fixture
+def state(tmp_path) -> PopStateManager:
+    return PopStateManager(str(tmp_path))
+
+
+def test_a_receive_leases_new_messages_and_moves_the_frontier(state):
+    assert pop(state, 10, messages(10)) == [0, 1, 2, 3]
+    queue = state.queue(G, T, 0)
+    assert queue.pop_offset == 4
+    assert {o: (l.lease, l.attempt) for o, l in queue.in_flight.items()} == {o: (10, 1) for o in range(4)}
+    assert pop(state, 11, messages(10)) == [4, 5, 6, 7]
+
+
+def test_a_scan_that_does_not_start_at_the_frontier_delivers_nothing(state):
+    apply(state, 10, PopOp(G, T, 0, NOW + 10_000, 0, 4, new=[0, 1, 2, 3]))
+    # Decided on a view that had not seen entry 10: it starts at 0 again.
+    apply(state, 11, PopOp(G, T, 0, NOW + 10_000, 0, 2, new=[0, 1]))
+    queue = state.queue(G, T, 0)
+    assert queue.pop_offset == 4 and all(lease.lease == 10 for lease in queue.in_flight.values())
+
+
+def test_an_ack_ends_only_the_lease_it_names(state):
+    pop(state, 10, messages(10))
+    apply(state, 11, AckOp(G, T, 0, [(0, 10), (1, 99)]))
+    assert sorted(state.queue(G, T, 0).in_flight) == [1, 2, 3]
+
+
+def test_the_consumed_offset_is_the_lowest_unacked_message(state):
+    pop(state, 10, messages(10))
+    apply(state, 11, AckOp(G, T, 0, [(1, 10), (2, 10)]))
+    assert state.queue(G, T, 0).consumed_offset() == 0
+    apply(state, 12, AckOp(G, T, 0, [(0, 10), (3, 10)]))
+    assert state.queue(G, T, 0).consumed_offset() == 4
+
+
+def test_an_expired_lease_is_delivered_again_with_the_attempt_raised_and_a_new_lease(state):
+    source = messages(2)
+    assert pop(state, 10, source, batch=1) == [0]
+    assert pop(state, 11, source, batch=1) == [1]          # offset 0 still invisible
+    later = NOW + 10_001
+    assert pop(state, 12, source, batch=1, now=later) == [0]
+    lease = state.lease_of(G, T, 0, 0)
+    assert (lease.lease, lease.attempt) == (12, 2)
+    apply(state, 13, AckOp(G, T, 0, [(0, 10)]))             # the first delivery's handle no longer counts
+    assert state.lease_of(G, T, 0, 0) is not None
+
+
+def test_a_redelivery_decided_before_an_ack_was_applied_does_not_bring_the_message_back(state):
+    source = messages(1)
+    pop(state, 10, source)
+    stale = select(request(now=NOW + 10_001), state.queue(G, T, 0), 0, None, source)
+    assert [d.offset for d in stale.deliveries] == [0]
+    apply(state, 11, AckOp(G, T, 0, [(0, 10)]))
+    apply(state, 12, stale.op)
+    assert state.queue(G, T, 0).in_flight == {}
+
+
+def test_a_message_out_of_attempts_is_left_for_the_dead_letter_queue(state):
+    source = messages(1)
+    pop(state, 10, source)
+    assert pop(state, 11, source, now=NOW + 10_001, max_attempts=2) == [0]
+    assert pop(state, 12, source, now=NOW + 30_000, max_attempts=2) == []
+    lease = state.lease_of(G, T, 0, 0)
+    apply(state, 13, AckOp(G, T, 0, [(0, lease.lease)], dead=True))
+    assert state.queue(G, T, 0).consumed_offset() == 1
+
+
+def test_a_change_moves_the_deadline_under_a_new_lease(state):
+    source = messages(1)
+    pop(state, 10, source)
+    apply(state, 11, ChangeOp(G, T, 0, 0, 10, NOW))          # nack: visible at once
+    assert state.lease_of(G, T, 0, 0).lease == 11
+    apply(state, 12, ChangeOp(G, T, 0, 0, 10, NOW + 50_000))  # the old handle: refused
+    assert state.lease_of(G, T, 0, 0).deadline_ms == NOW
+    assert pop(state, 13, source, now=NOW) == [0]
+    assert state.lease_of(G, T, 0, 0).attempt == 2
+
+
+def test_tag_mismatches_are_skipped_for_good(state):
+    source = messages(8, tag="a")
+    assert pop(state, 10, source, tags="a", batch=8) == [0, 2, 4, 6]
+    queue = state.queue(G, T, 0)
+    assert queue.pop_offset == 8 and sorted(queue.in_flight) == [0, 2, 4, 6]
+    apply(state, 11, AckOp(G, T, 0, [(o, 10) for o in (0, 2, 4, 6)]))
+    assert queue.consumed_offset() == 8
+
+
+def test_claims_keep_a_concurrent_receive_off_the_messages_of_one_in_flight(state):
+    source = messages(10)
+    claims = ClaimTable()
+    first = select(request(), None, 0, None, source)
+    claims.hold((G, T, 0), first.op.end, [d.offset for d in first.deliveries], [])
+    second = select(request(), None, 0, claims.get((G, T, 0)), source)
+    assert [d.offset for d in second.deliveries] == [4, 5, 6, 7]
+    apply(state, 10, first.op)
+    apply(state, 11, second.op)
+    assert sorted(state.queue(G, T, 0).in_flight) == list(range(8))
+    claims.release((G, T, 0), first.op.end, [d.offset for d in first.deliveries], [])
+    assert claims.get((G, T, 0)) is None  # nothing pending: the applied frontier rules again
+
+
+def test_a_receive_that_followed_a_lost_first_receive_does_not_skip_its_messages(state):
+    source = messages(10)
+    claims = ClaimTable()
+    lost = select(request(), None, 0, None, source)        # the group's first receive: its entry is lost
+    claims.hold((G, T, 0), lost.op.end, [d.offset for d in lost.deliveries], [])
+    follower = select(request(), None, 0, claims.get((G, T, 0)), source)
+    apply(state, 10, follower.op)
+    queue = state.queue(G, T, 0)
+    assert (queue.pop_offset, queue.in_flight) == (0, {})
+    assert pop(state, 11, source) == [0, 1, 2, 3]
+
+
+def test_after_a_failed_append_the_next_receive_starts_at_the_applied_frontier(state):
+    source = messages(10)
+    claims = ClaimTable()
+    lost = select(request(), None, 0, None, source)
+    claims.hold((G, T, 0), lost.op.end, [d.offset for d in lost.deliveries], [])
+    claims.release((G, T, 0), lost.op.end, [d.offset for d in lost.deliveries], [])   # its append failed
+    assert pop(state, 10, source) == [0, 1, 2, 3]
+
+
+def test_a_reset_starts_the_queue_over(state):
+    pop(state, 10, messages(10))
+    apply(state, 11, ResetOp(G, T, 0, 2))
+    queue = state.queue(G, T, 0)
+    assert (queue.pop_offset, queue.in_flight) == (2, {})
+    assert pop(state, 12, messages(10)) == [2, 3, 4, 5]
+
+
+def test_an_entry_applied_again_after_a_restart_changes_nothing(state):
+    pop(state, 10, messages(10))
+    apply(state, 11, AckOp(G, T, 0, [(0, 10)]))
+    before = state.encode()
+    apply(state, 10, PopOp(G, T, 0, NOW + 10_000, 4, 8, new=[4, 5, 6, 7]))
+    assert state.encode() == before
+
+
+def test_the_snapshot_restores_leases_deadlines_and_blocked_messages(state, tmp_path):
+    pop(state, 10, messages(6, groups=["a", "a", "b", "b", "a", "c"]), fifo=True, batch=1)
+    pop(state, 11, messages(6, groups=["a", "a", "b", "b", "a", "c"]), fifo=True, batch=2)
+    state.persist(force=True)
+    restored = PopStateManager(str(tmp_path))
+    restored.load()
+    assert restored.encode() == state.encode() and restored.applied_index == 11
+    assert restored.next_deadline(G, T) == state.next_deadline(G, T)
+    assert restored.queue(G, T, 0).blocked == state.queue(G, T, 0).blocked != {}
+
+
+def test_replicas_applying_the_same_entries_agree(tmp_path):
+    rng = random.Random(7)
+    replicas = [PopStateManager(str(tmp_path / name)) for name in "abc"]
+    source = messages(200)
+    leader = replicas[0]
+    for index in range(1, 300):
+        now = NOW + index * 1000
+        choice = rng.random()
+        queue = leader.queue(G, T, 0)
+        if choice < 0.5 or queue is None:
+            ops = [select(request(batch=rng.randint(1, 8), now=now), queue, 0, None, source).op]
+        elif choice < 0.9:
+            leases = rng.sample(sorted(queue.in_flight.items()), min(3, len(queue.in_flight)))
+            ops = [AckOp(G, T, 0, [(o, l.lease if rng.random() < 0.9 else 0) for o, l in leases])]
+        else:
+            ops = [ChangeOp(G, T, 0, o, l.lease, now) for o, l in list(queue.in_flight.items())[:2]]
+        for replica in replicas:
+            apply(replica, index, *ops)
+    assert replicas[0].encode() == replicas[1].encode() == replicas[2].encode()
+    assert replicas[0].queue(G, T, 0).pop_offset > 0
+
+
+# -------------------------------------------------------------------- FIFO
+
+
+def test_fifo_holds_a_message_group_with_a_live_lease_and_blocks_the_messages_behind(state):
+    source = messages(6, groups=["a", "a", "b", "a", "c", "b"])
+    assert pop(state, 10, source, fifo=True, batch=1) == [0]
+    # a is in flight: its later messages wait, b and c go.
+    assert pop(state, 11, source, fifo=True, batch=8) == [2, 4, 5]
+    queue = state.queue(G, T, 0)
+    assert queue.blocked == {1: "a", 3: "a"} and queue.pop_offset == 6
+    assert pop(state, 12, source, fifo=True, batch=8) == []
+    apply(state, 13, AckOp(G, T, 0, [(0, 10)]))
+    assert pop(state, 14, source, fifo=True, batch=8) == [1, 3]
+    assert queue.blocked == {}
+
+
+def test_fifo_redelivers_an_expired_message_before_the_ones_behind_it(state):
+    source = messages(3, groups=["a", "a", "a"])
+    assert pop(state, 10, source, fifo=True, batch=1) == [0]
+    assert pop(state, 11, source, fifo=True, batch=8) == []
+    later = NOW + 10_001
+    assert pop(state, 12, source, fifo=True, batch=1, now=later) == [0]
+    assert state.lease_of(G, T, 0, 0).attempt == 2
+    apply(state, 13, AckOp(G, T, 0, [(0, 12)]))
+    assert pop(state, 14, source, fifo=True, batch=8, now=later) == [1, 2]
+
+
+def test_fifo_keeps_a_message_group_waiting_while_its_expired_message_awaits_the_dead_letter_queue(state):
+    source = messages(2, groups=["a", "a"])
+    pop(state, 10, source, fifo=True, batch=1, max_attempts=1)
+    assert pop(state, 11, source, fifo=True, batch=8, now=NOW + 10_001, max_attempts=1) == []
+    lease = state.lease_of(G, T, 0, 0)
+    apply(state, 12, AckOp(G, T, 0, [(0, lease.lease)], dead=True))
+    assert pop(state, 13, source, fifo=True, batch=8, now=NOW + 10_001, max_attempts=1) == [1]
+
+
+def test_fifo_claims_hold_the_groups_of_a_receive_in_flight(state):
+    source = messages(4, groups=["a", "b", "a", "b"])
+    claims = QueueClaims(frontier=2, scans=1, offsets={0}, )
+    claims.groups.update(["a"])
+    second = select(request(fifo=True, batch=8), None, 0, claims, source)
+    assert [d.offset for d in second.deliveries] == [3]
+    assert second.op.blocked == [(2, "a")]
+
+
+@pytest.mark.parametrize("committed, first, end, start", [
+    (None, 0, 50, 0),      # nothing deleted yet: from the first message
+    (None, 20, 50, 50),    # retention deleted some: from the end
+    (7, 0, 50, 7),         # a committed offset (a pull consumer's, a reset) wins
+])
+def test_a_new_group_starts_at_the_first_message_until_retention_deleted_some(committed, first, end, start):
+    assert start_offset(committed, first, end) == start
+
+
+# ------------------------------------------------------------ receipt handles
+
+
+def test_a_receipt_handle_round_trips_for_its_group_and_topic():
+    handle = ReceiptHandle(3, 1234, 99, NOW)
+    assert ReceiptHandle.decode(handle.encode(G, T), G, T) == handle
+
+
+@pytest.mark.parametrize("text", ["", "garbage", "1:0:0:0:0", "2:0:0:0:0:0", "1:zz:0:0:0:0", "x" * 1000])
+def test_a_malformed_receipt_handle_is_refused(text):
+    with pytest.raises(BrokerError) as refused:
+        ReceiptHandle.decode(text, G, T)
+    assert refused.value.code == pb.INVALID_RECEIPT_HANDLE
+
+
+@pytest.mark.parametrize("group, topic", [("other", T), (G, "other")])
+def test_a_receipt_handle_of_another_group_or_topic_is_refused(group, topic):
+    text = ReceiptHandle(0, 1, 2, NOW).encode(G, T)
+    with pytest.raises(BrokerError) as refused:
+        ReceiptHandle.decode(text, group, topic)
+    assert refused.value.code == pb.INVALID_RECEIPT_HANDLE and "not issued" in refused.value.message
+
+
+def test_stale_heap_entries_are_compacted():
+    queue = PopQueue(0)
+    from broker.consumer.pop_state import Lease
+    for i in range(5000):
+        queue.grant(i, Lease(i, NOW + i, 1))
+        queue.release(i, i)
+    assert len(queue._deadlines) <= 1024 + 2
+    assert queue.next_deadline() is None and MATCH_ALL.matches_all

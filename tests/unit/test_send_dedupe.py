@@ -1,0 +1,101 @@
+"""A producer's retry (same message id) is never stored twice, in the two
+windows where the message-id table could miss it: between a put's commit and
+its apply on the leader, and on a new leader that has not applied the log up
+to its term yet."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from tests.unit.broker_harness import BrokerCluster, protocol_message
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@contextlib.contextmanager
+def apply_paused(store):
+    """Hold a node's apply loop still (committed entries wait to be applied)."""
+    reput = store.reput
+    real = reput.apply_available
+    reput.apply_available = lambda committed: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        reput.apply_available = real  # type: ignore[method-assign]
+
+
+def copies(cluster: BrokerCluster, node: str, topic: str) -> list[bytes]:
+    store = cluster.stores[node]
+    return [m.body for q in range(8) for m in store.get_messages(topic, q, 0, 100).messages]
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    c = BrokerCluster(str(tmp_path))
+    await c.start()
+    yield c
+    await c.stop()
+
+
+async def test_a_retry_between_commit_and_apply_is_answered_not_stored(cluster: BrokerCluster):
+    leader = await cluster.wait_leader()
+    broker = cluster.brokers[leader]
+    await broker.sender.send([protocol_message("Dedupe", b"warm-up")])  # creates the topic
+    await cluster.wait_applied()
+    message = protocol_message("Dedupe", b"once")
+    with apply_paused(cluster.stores[leader]):
+        first = await broker.sender.send([message])          # committed, not yet applied here
+        again = await broker.sender.send([message])          # the producer's retry
+    assert first.status.code == again.status.code == pb.OK
+    assert again.entries[0].offset == first.entries[0].offset
+    await cluster.wait_applied()
+    assert copies(cluster, leader, "Dedupe").count(b"once") == 1
+
+
+async def test_a_retry_at_a_new_leader_still_applying_is_answered_not_stored(cluster: BrokerCluster):
+    old = await cluster.wait_leader()
+    await cluster.brokers[old].sender.send([protocol_message("Dedupe", b"warm-up")])
+    message = protocol_message("Dedupe", b"once")
+    first = await cluster.brokers[old].sender.send([message])
+    await cluster.wait_applied()
+    term = cluster.servers[old].member_state.term
+    # The new leader has the message in its log but has not applied it when
+    # the producer's retry arrives (as when the old leader dies before its
+    # answer left).
+    others = [n for n in cluster.servers if n != old]
+    message_id = message.system_properties.message_id
+    for node in others:
+        reput = cluster.stores[node].reput
+        stored_at = next(i for i in range(reput.applied_index, -1, -1)
+                         if message_id.encode() in cluster.servers[node].store.get(i).body)
+        reput.progress.applied_index = stored_at - 1          # applied up to just before it...
+        cluster.brokers[node].sender.recent._table.pop(("Dedupe", message_id))  # ...so not known yet
+    pauses = [apply_paused(cluster.stores[n]) for n in others]
+    for pause in pauses:
+        pause.__enter__()
+    await cluster.stop(old)
+    new = await _new_leader(cluster, others, term)
+    retry = asyncio.ensure_future(cluster.brokers[new].sender.send([message]))
+    await asyncio.sleep(0.3)                                  # the retry is waiting; the apply resumes
+    for pause in pauses:
+        pause.__exit__(None, None, None)
+    again = await retry
+    assert again.status.code == pb.OK, again.status
+    assert again.entries[0].offset == first.entries[0].offset
+    await cluster.wait_applied()
+    assert copies(cluster, new, "Dedupe").count(b"once") == 1
+
+
+async def _new_leader(cluster: BrokerCluster, candidates: list[str], term: int) -> str:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while loop.time() < deadline:
+        leaders = [n for n in candidates if cluster.servers[n].member_state.is_leader
+                   and cluster.servers[n].member_state.term > term]
+        if leaders:
+            return leaders[0]
+        await asyncio.sleep(0.02)
+    raise AssertionError(cluster.describe())
