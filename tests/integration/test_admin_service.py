@@ -8,13 +8,12 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from broker.client import (AdminClient, BadRequestError, ClientError, Message, NotFoundError, Producer,
-                           PullConsumer)
+from broker.client import AdminClient, BadRequestError, Message, NotFoundError, Producer, PullConsumer
 from cluster.process_cluster import ProcessCluster
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.pydledger.admin.v1 import admin_pb2 as apb
 from rpcgen.pydledger.admin.v1 import admin_pb2_grpc
-from tests.integration.broker_cluster import SPARSE_FILES, leader_of, require_served, servers
+from tests.integration.broker_cluster import SPARSE_FILES, leader_of, servers
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -75,7 +74,6 @@ async def test_a_deleted_topic_is_gone_and_sends_to_it_fail_with_auto_creation_o
 
 
 async def test_internal_topics_are_listed_only_when_asked(cluster, admin):
-    await require_served(cluster, "RecallMessage")  # a delayed message creates the timer topic
     await admin.create_topic("Later", 1, "delay")
     async with Producer(servers(cluster)) as producer:
         await producer.send(Message("Later", b"x", delay=600))
@@ -104,11 +102,8 @@ async def test_lag_is_the_committed_offset_against_the_queue_end(cluster, admin)
     lags = {q.queue_id: q for q in await admin.describe_lag("Laggard", "Lagging")}
     assert {q: lags[q].lag for q in (0, 1)} == ends
     assert all(lags[q].committed_offset == -1 and lags[q].max_offset == ends[q] for q in (0, 1))
-    try:
-        async with PullConsumer(servers(cluster), "Laggard") as puller:
-            await puller.commit("Lagging", 0, 1)
-    except ClientError as error:
-        pytest.skip(f"UpdateOffset is not served yet: {error}")
+    async with PullConsumer(servers(cluster), "Laggard") as puller:
+        await puller.commit("Lagging", 0, 1)
     lags = {q.queue_id: q for q in await admin.describe_lag("Laggard")}
     assert (lags[0].committed_offset, lags[0].lag) == (1, ends[0] - 1)
 

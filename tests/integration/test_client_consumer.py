@@ -16,7 +16,7 @@ from broker.client import (AckError, AdminClient, BadRequestError, Message, Offs
                            ReceivedMessage, SimpleConsumer, TransactionResolution)
 from cluster.process_cluster import ProcessCluster
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
-from tests.integration.broker_cluster import SPARSE_FILES, require_served, servers
+from tests.integration.broker_cluster import SPARSE_FILES, servers
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -58,7 +58,6 @@ async def receive_all(consumer: SimpleConsumer, count: int, deadline_s: float = 
 
 
 async def test_received_messages_are_what_was_sent_and_acked_ones_do_not_come_back(cluster, producer):
-    await require_served(cluster, "ReceiveMessage", "AckMessage")
     await create_topic(cluster, "Receive")
     sent = [await producer.send(Message("Receive", b"body-%d" % i, tag="TagA", keys=["key-%d" % i],
                                         properties={"color": "red"})) for i in range(20)]
@@ -76,7 +75,6 @@ async def test_received_messages_are_what_was_sent_and_acked_ones_do_not_come_ba
 
 
 async def test_one_ack_call_acknowledges_hundreds_of_messages(cluster, producer):
-    await require_served(cluster, "ReceiveMessage", "AckMessage")
     await create_topic(cluster, "BatchAck", queues=1)
     await producer.send_batch([Message("BatchAck", b"%d" % i) for i in range(300)])
     async with SimpleConsumer(servers(cluster), "BatchAckGroup", ["BatchAck"]) as consumer:
@@ -92,7 +90,6 @@ async def test_one_ack_call_acknowledges_hundreds_of_messages(cluster, producer)
 
 
 async def test_an_ack_with_a_stale_receipt_handle_names_the_message(cluster, producer):
-    await require_served(cluster, "ReceiveMessage", "AckMessage")
     await create_topic(cluster, "StaleAck", queues=1)
     await producer.send(Message("StaleAck", b"x"))
     async with SimpleConsumer(servers(cluster), "StaleAckGroup", ["StaleAck"]) as consumer:
@@ -108,7 +105,6 @@ async def test_an_ack_with_a_stale_receipt_handle_names_the_message(cluster, pro
 
 
 async def test_a_message_whose_lease_is_cut_to_zero_comes_back_with_the_attempt_raised(cluster, producer):
-    await require_served(cluster, "ReceiveMessage", "ChangeInvisibleDuration")
     await create_topic(cluster, "Lease", queues=1)
     receipt = await producer.send(Message("Lease", b"again"))
     async with SimpleConsumer(servers(cluster), "LeaseGroup", ["Lease"]) as consumer:
@@ -122,7 +118,6 @@ async def test_a_message_whose_lease_is_cut_to_zero_comes_back_with_the_attempt_
 
 
 async def test_an_extended_lease_keeps_the_message_away_past_its_first_duration(cluster, producer):
-    await require_served(cluster, "ReceiveMessage", "ChangeInvisibleDuration")
     await create_topic(cluster, "Extend", queues=1)
     await producer.send(Message("Extend", b"slow work"))
     async with SimpleConsumer(servers(cluster), "ExtendGroup", ["Extend"]) as consumer:
@@ -136,7 +131,6 @@ async def test_an_extended_lease_keeps_the_message_away_past_its_first_duration(
 
 
 async def test_a_tag_filter_receives_only_the_tags_it_names(cluster, producer):
-    await require_served(cluster, "ReceiveMessage")
     await create_topic(cluster, "Tags", queues=1)
     for tag in ("TagA", "TagB", "TagC", "TagA"):
         await producer.send(Message("Tags", tag.encode(), tag=tag))
@@ -147,7 +141,6 @@ async def test_a_tag_filter_receives_only_the_tags_it_names(cluster, producer):
 
 
 async def test_fifo_messages_of_a_group_are_received_in_send_order(cluster, producer):
-    await require_served(cluster, "ReceiveMessage")
     await create_topic(cluster, "FifoReceive", queues=2, message_type="fifo")
     async with AdminClient(servers(cluster)) as admin:
         await admin.create_group("FifoGroup", fifo=True)
@@ -165,7 +158,6 @@ async def test_fifo_messages_of_a_group_are_received_in_send_order(cluster, prod
 
 
 async def test_a_delayed_message_arrives_on_time_and_not_before(cluster, producer):
-    await require_served(cluster, "ReceiveMessage", "RecallMessage")
     await create_topic(cluster, "Delayed", queues=1, message_type="delay")
     receipt = await producer.send(Message("Delayed", b"later", delay=3))
     sent_at = time.time()
@@ -181,7 +173,6 @@ async def test_a_delayed_message_arrives_on_time_and_not_before(cluster, produce
 
 
 async def test_a_committed_transaction_is_received_and_a_rolled_back_one_never(cluster, producer):
-    await require_served(cluster, "ReceiveMessage", "EndTransaction")
     await create_topic(cluster, "Txn", queues=1, message_type="transaction")
     async with producer.begin_transaction() as transaction:
         committed = await transaction.send(Message("Txn", b"commit me"))
@@ -201,7 +192,6 @@ async def test_a_committed_transaction_is_received_and_a_rolled_back_one_never(c
 
 
 async def test_an_undecided_transaction_is_checked_back_and_the_checkers_verdict_holds(cluster):
-    await require_served(cluster, "ReceiveMessage", "EndTransaction")
     await create_topic(cluster, "TxnCheck", queues=1, message_type="transaction")
     asked: list[ReceivedMessage] = []
 
@@ -223,7 +213,6 @@ async def test_an_undecided_transaction_is_checked_back_and_the_checkers_verdict
 
 
 async def test_a_pull_consumer_reads_by_offset_and_commits_where_it_stands(cluster, producer):
-    await require_served(cluster, "PullMessage", "UpdateOffset", "GetOffset", "QueryOffset")
     await create_topic(cluster, "Pull", queues=1)
     receipts = await producer.send_batch([Message("Pull", b"%d" % i) for i in range(50)])
     async with PullConsumer(servers(cluster), "PullGroup") as puller:
@@ -247,7 +236,6 @@ async def test_a_pull_consumer_reads_by_offset_and_commits_where_it_stands(clust
 
 
 async def test_a_pull_from_a_timestamp_starts_at_the_first_message_stored_after_it(cluster, producer):
-    await require_served(cluster, "PullMessage", "QueryOffset")
     await create_topic(cluster, "PullTime", queues=1)
     await producer.send_batch([Message("PullTime", b"old-%d" % i) for i in range(5)])
     await asyncio.sleep(1.1)
@@ -261,7 +249,6 @@ async def test_a_pull_from_a_timestamp_starts_at_the_first_message_stored_after_
 
 
 async def test_receiving_without_a_subscription_is_a_bad_request(cluster):
-    await require_served(cluster, "ReceiveMessage")
     async with SimpleConsumer(servers(cluster), "NoTopics") as consumer:
         with pytest.raises(BadRequestError):
             await consumer.receive()
