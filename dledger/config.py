@@ -95,7 +95,8 @@ class DLedgerConfig:
     push_timeout_s: float = 1.0
     # A commit-only push when idle, at most this often (DLedger: 1 s).
     commit_push_interval_s: float = 1.0
-    # A follower more than this many entries behind is throttled to a byte quota.
+    # A follower more than this many entries behind the commit index (one
+    # catching up, not one in the quorum) is throttled to a byte quota.
     peer_push_throttle_lag: int = 1000
     peer_push_quota_bytes_per_s: int = 20 << 20
     # Follower: an out-of-order push waiting for a gap this long fails with

@@ -103,6 +103,11 @@ class Quota:
             self.window_start, self.used = now, 0
         return 0.0 if self.used < self.bytes_per_s else self.window_start + 1.0 - now
 
+    def remaining(self, now: float) -> int:
+        """Bytes still allowed in the current window."""
+        self.wait_time(now)
+        return max(0, self.bytes_per_s - self.used)
+
     def spend(self, nbytes: int) -> None:
         self.used += nbytes
 
@@ -304,11 +309,18 @@ class EntryDispatcher:
         while (self.in_flight_entries < config.max_pending_entries_per_peer
                and len(self.in_flight) < config.max_inflight_pushes_per_peer
                and self.write_index <= store.ledger_end_index):
-            lagging = store.ledger_end_index - self.acked_index > config.peer_push_throttle_lag
+            # Far behind means behind the commit index: entries in flight to
+            # a follower that keeps up with the quorum are pipeline, not lag
+            # (measured from the log end, a busy leader throttled its healthy
+            # followers to the catch-up quota).
+            lagging = self.member_state.committed_index - self.acked_index > config.peer_push_throttle_lag
             if lagging and self.quota.wait_time(now) > 0:
                 break
-            data, count = store.read_raw(self.write_index, config.max_push_batch_bytes,
-                                         config.max_push_batch_entries)
+            # Throttled, a push carries no more than the window has left (a
+            # whole 1 MiB batch would blow a small quota in one go).
+            max_bytes = min(config.max_push_batch_bytes, self.quota.remaining(now)) if lagging \
+                else config.max_push_batch_bytes
+            data, count = store.read_raw(self.write_index, max_bytes, config.max_push_batch_entries)
             if count == 0:
                 break
             if lagging:

@@ -327,3 +327,29 @@ async def test_a_leader_that_cannot_write_its_first_entry_steps_down_and_another
         assert not full.member_state.is_leader
     finally:
         full.store.append_as_leader = real_append  # type: ignore[method-assign]
+
+
+async def test_the_catch_up_quota_throttles_a_follower_far_behind_not_a_busy_healthy_one(tmp_path):
+    quota = dict(peer_push_quota_bytes_per_s=64 * 1024, peer_push_throttle_lag=20,
+                 data_file_size=1 << 20, max_entry_size=16 * 1024)
+    c = Cluster(str(tmp_path), **quota)
+    await c.start()
+    try:
+        leader = await c.wait_leader()
+        loop = asyncio.get_running_loop()
+        # A burst far deeper than the lag threshold, to followers that keep up:
+        # 400 KiB goes through at once, not at 64 KiB/s (about 6 s).
+        started = loop.time()
+        await asyncio.gather(*(c.servers[leader].append([b"x" * 1024] * 50) for _ in range(8)))
+        assert loop.time() - started < 2.0
+        await c.wait_converged()
+        # A follower that missed 400 KiB catches up at the quota's pace.
+        behind = next(n for n in c.servers if n != leader)
+        await c.stop(behind)
+        await asyncio.gather(*(c.servers[leader].append([b"y" * 1024] * 50) for _ in range(8)))
+        await c.start(behind)
+        started = loop.time()
+        await c.wait_converged(timeout=30)
+        assert loop.time() - started > 3.0
+    finally:
+        await c.stop()
