@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import grpc
 
@@ -37,6 +37,9 @@ CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 500),
 ]
 POLL_S = 0.02
+# Builds the stub a call is relayed with: the messaging service's by default;
+# the admin service passes its own (both live on every node's port).
+StubFactory = Callable[[grpc.aio.Channel], Any]
 
 
 class LeaderForwarder:
@@ -57,8 +60,9 @@ class LeaderForwarder:
         await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
 
     # ---------------------------------------------------------------- calls
-    async def unary(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        stub, metadata, timeout = await self._target(method, context)
+    async def unary(self, method: str, request: Any, context: grpc.aio.ServicerContext,
+                    stub_factory: StubFactory = service_pb2_grpc.MessagingServiceStub) -> Any:
+        stub, metadata, timeout = await self._target(method, context, stub_factory)
         try:
             return await getattr(stub, method)(request, metadata=metadata, timeout=timeout)
         except grpc.aio.AioRpcError as error:
@@ -88,8 +92,9 @@ class LeaderForwarder:
             call.cancel()
 
     # ------------------------------------------------------------- plumbing
-    async def _target(self, method: str, context: grpc.aio.ServicerContext
-                      ) -> tuple[service_pb2_grpc.MessagingServiceStub, list[tuple[str, str]], float | None]:
+    async def _target(self, method: str, context: grpc.aio.ServicerContext,
+                      stub_factory: StubFactory = service_pb2_grpc.MessagingServiceStub
+                      ) -> tuple[Any, list[tuple[str, str]], float | None]:
         if self.was_forwarded(context):
             raise BrokerError(pb.HA_NOT_AVAILABLE, f"{self.server.config.self_id} received a forwarded "
                                                    f"{method} but does not lead; retry")
@@ -99,7 +104,7 @@ class LeaderForwarder:
         metadata.append((FORWARDED_HEADER, self.server.config.self_id))
         remaining = context.time_remaining()
         timeout = min(remaining, self.config.forward_timeout_s) if remaining is not None else None
-        return service_pb2_grpc.MessagingServiceStub(self._channel(address)), metadata, timeout
+        return stub_factory(self._channel(address)), metadata, timeout
 
     async def _leader_address(self) -> str:
         """The leader's peer address (peers reach each other there, even where

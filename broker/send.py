@@ -184,6 +184,10 @@ class SendService:
                  offset_message_id: str | None = None) -> spb.SendResultEntry:
         message_id = message.system_properties.message_id
         entry = spb.SendResultEntry(status=ok(), message_id=message_id, offset=max(stored.queue_offset, 0))
+        if stored.topic == topic:
+            # Our extension field (the protocol's receipt has no queue); a
+            # timer or a half message has no queue of its topic yet.
+            entry.queue_id = stored.queue_id
         if stored.topic in TIMER_TOPICS:
             entry.recall_handle = self.timers.recall_handle(topic, stored.physical_offset, message_id)
         elif stored.topic == HALF_TOPIC:

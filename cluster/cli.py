@@ -28,6 +28,7 @@ import os
 import sys
 from typing import Any, Awaitable, Callable
 
+from cluster import broker_cli
 from cluster.chaos.command import add_arguments as add_chaos_arguments
 from cluster.config import ConfigError, add_node_arguments, broker_settings_from_args, config_from_args
 from dledger.client import DLedgerClient, parse_servers
@@ -169,7 +170,9 @@ def cmd_node(args: argparse.Namespace) -> int:
     except ConfigError as error:
         return fail("node", str(error), code=2)
     configure_logging(config.self_id, args.log_level)
-    return asyncio.run(run_node(config, exit_with_parent=args.exit_with_parent, broker_settings=broker_settings))
+    # Flags override the TOML file's [broker] table.
+    return asyncio.run(run_node(config, exit_with_parent=args.exit_with_parent,
+                                broker_settings={**broker_settings, **broker_cli.broker_settings(args)}))
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
@@ -244,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_node_arguments(node)
     node.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     node.add_argument("--exit-with-parent", type=int, metavar="PID", help=argparse.SUPPRESS)
+    broker_cli.add_node_broker_arguments(node)
     node.set_defaults(run=cmd_node)
 
     cluster = commands.add_parser("cluster", help="a local multi-node cluster")
@@ -292,12 +296,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench_append.add_argument("--no-coalesce", action="store_true",
                               help="one Append RPC per call (by default the client coalesces concurrent calls)")
     bench_append.set_defaults(run=cmd_bench_append)
+    broker_cli.add_bench_commands(bench_commands)
 
     leader = commands.add_parser("leader", help="leadership")
     leader_commands = leader.add_subparsers(dest="leader_command", required=True, metavar="COMMAND")
     transfer = _client_parser(leader_commands, "transfer", "hand leadership to a node")
     transfer.add_argument("--to", required=True, metavar="ID")
     transfer.set_defaults(run=cmd_leader_transfer)
+    broker_cli.add_broker_commands(commands)
 
     chaos = commands.add_parser("chaos", help="kill, partition and pause a local cluster under load, then check it",
                                 description="Start a local cluster behind fault proxies, load it, inject faults "
@@ -327,6 +333,7 @@ def run(argv: list[str] | None = None) -> int:
         parser.error("append: --count needs --size")
     if args.run is cmd_bench_append and args.duration <= 0:
         parser.error("bench append: --duration must be positive")
+    broker_cli.check_usage(parser, args)
     if args.run in (cmd_node, cmd_cluster_up, cmd_chaos, cmd_replay):
         return args.run(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,

@@ -78,18 +78,20 @@ class SendMessageRequest(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[_definition_pb2.Message, _Mapping]]] = ...) -> None: ...
 
 class SendResultEntry(_message.Message):
-    __slots__ = ("status", "message_id", "transaction_id", "offset", "recall_handle")
+    __slots__ = ("status", "message_id", "transaction_id", "offset", "recall_handle", "queue_id")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     status: _definition_pb2.Status
     message_id: str
     transaction_id: str
     offset: int
     recall_handle: str
-    def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., message_id: _Optional[str] = ..., transaction_id: _Optional[str] = ..., offset: _Optional[int] = ..., recall_handle: _Optional[str] = ...) -> None: ...
+    queue_id: int
+    def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., message_id: _Optional[str] = ..., transaction_id: _Optional[str] = ..., offset: _Optional[int] = ..., recall_handle: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
     __slots__ = ("status", "entries")

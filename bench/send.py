@@ -1,0 +1,145 @@
+"""Send throughput through the broker: broker.client against the official
+RocketMQ 5 Python client (rocketmq-python-client) on the same workload, and
+the replicated log's own append throughput for the cost of the broker.
+
+    python -m bench.send [--servers H:P,...] [--size 1024] [--inflight 64] [--batch 64]
+                         [--duration 10] [--skip-official]
+
+Without --servers it starts its own three-node cluster (cluster/process_cluster.py)
+in a temporary directory. One JSON line per run, each with the client, the
+mode and messages/s with p50/p99 latency per call:
+
+    log      `dledger bench append` with batches of --batch (the log's own figure)
+    single   K concurrent single sends; broker.client lets waiting sends share calls
+    unshared K concurrent single sends, one SendMessage call each (coalescing off)
+    batched  K/4 concurrent batches of --batch messages
+    official K concurrent send_async() of the official client (one message per call),
+             in a subprocess: it cannot share a process with our generated protos
+
+and last a summary line: the broker's best send figure as a share of the log's
+("broker_cost" = 1 - send/log; the issue asks for at most 0.25).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from cluster.bench import bench_append
+from cluster.broker_bench import bench_send
+from cluster.process_cluster import ProcessCluster, find_leader
+from dledger.client import DLedgerClient
+
+ROOT = Path(__file__).resolve().parents[1]
+
+OFFICIAL = textwrap.dedent("""
+    import json, os, sys, time, concurrent.futures as cf
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+    servers, topic = sys.argv[1], sys.argv[2]
+    size, inflight, duration = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+    producer = Producer(ClientConfiguration(servers.replace(",", ";"), Credentials()), (topic,))
+    producer.startup()
+    body = os.urandom(size)
+    def message():
+        m = Message(); m.topic = topic; m.body = body
+        return m
+    try:
+        producer.send(message())
+        latencies, errors, sent = [], 0, 0
+        start = time.perf_counter(); stop_at = start + duration
+        running = {}
+        while True:
+            now = time.perf_counter()
+            while now < stop_at and len(running) < inflight:
+                running[producer.send_async(message())] = time.perf_counter()
+            if not running:
+                break
+            done, _ = cf.wait(list(running), return_when=cf.FIRST_COMPLETED)
+            finished = time.perf_counter()
+            for future in done:
+                began = running.pop(future)
+                if future.exception() is None:
+                    latencies.append(finished - began); sent += 1
+                else:
+                    errors += 1
+        elapsed = time.perf_counter() - start
+        latencies.sort()
+        pick = lambda f: latencies[max(1, int(-(-f * len(latencies) // 1))) - 1] if latencies else 0.0
+        print(json.dumps({"messages": sent, "duration_s": elapsed, "p50_ms": pick(0.5) * 1000,
+                          "p99_ms": pick(0.99) * 1000, "errors": errors}))
+    finally:
+        producer.shutdown()
+""")
+
+
+def official_send(servers: str, topic: str, size: int, inflight: int, duration: float) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", OFFICIAL, servers, topic, str(size), str(inflight), str(duration)],
+                          capture_output=True, text=True, timeout=duration + 120, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"official client failed: {done.stderr[-2000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    elapsed = result["duration_s"] or 1.0
+    return {"client": "official", "mode": "official", "size": size, "inflight": inflight, "batch": 1,
+            "duration_s": round(elapsed, 3), "messages": result["messages"],
+            "messages_per_s": round(result["messages"] / elapsed, 1),
+            "mb_per_s": round(result["messages"] * size / elapsed / 1e6, 3),
+            "p50_ms": round(result["p50_ms"], 3), "p99_ms": round(result["p99_ms"], 3), "errors": result["errors"]}
+
+
+async def run(servers: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = []
+
+    def emit(line: dict[str, Any]) -> None:
+        lines.append(line)
+        print(json.dumps(line), flush=True)
+
+    log = await bench_append(servers, args.size, max(1, args.inflight // 4), args.duration, args.batch)
+    emit({"client": "dledger", "mode": "log", **log.to_json(), "messages_per_s": log.to_json()["acks_per_s"]})
+    runs = [("single", args.inflight, 1, True), ("unshared", args.inflight, 1, False),
+            ("batched", max(1, args.inflight // 4), args.batch, True)]
+    for mode, inflight, batch, coalesce in runs:
+        result = await bench_send(servers, "BenchSend", args.size, inflight, batch, args.duration, coalesce=coalesce)
+        emit({"client": "pydledger", **result.to_json(), "mode": mode})
+    if not args.skip_official:
+        emit(official_send(servers, "BenchSend", args.size, args.inflight, args.duration))
+    best = max(line["messages_per_s"] for line in lines if line["client"] == "pydledger")
+    log_rate = lines[0]["messages_per_s"]
+    emit({"summary": True, "log_messages_per_s": log_rate, "best_send_messages_per_s": best,
+          "broker_cost": round(1 - best / log_rate, 3) if log_rate else None})
+    return lines
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    if args.servers:
+        await run(args.servers, args)
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-send-") as base:
+        cluster = ProcessCluster(Path(base))
+        cluster.start()
+        try:
+            async with DLedgerClient(list(cluster.addresses.values())) as client:
+                await find_leader(client, list(cluster.addresses.values()))
+            await run(",".join(cluster.addresses.values()), args)
+        finally:
+            cluster.stop_all()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", help="a running cluster (default: start one)")
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--inflight", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--skip-official", action="store_true")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

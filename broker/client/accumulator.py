@@ -1,0 +1,138 @@
+"""SendAccumulator: concurrent sends leave together in shared SendMessage calls.
+
+Python gRPC costs about as much per call as per kilobyte, so one message per
+call caps a producer at a few thousand messages a second. As a Kafka
+producer batches records, the accumulator lets at most `max_inflight` calls
+fly; sends that arrive meanwhile queue up and leave together in the next call
+(up to `max_messages` and `max_bytes`, one topic per call, as the protocol
+requires). There is no linger: a lone send leaves at once.
+
+Order within a message group (FIFO) survives batching: a group's messages
+leave in send order, and a group never has two calls in flight, so a retried
+call cannot be overtaken by a later one of the same group (Kafka's
+max.in.flight=1, per group rather than per connection).
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Sequence
+
+from broker.client.errors import ClientError
+from broker.client.message import SendReceipt
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+
+# What sends one call's messages: a receipt or an error per message, in order.
+SendCall = Callable[[str, list[pb.Message]], Awaitable[Sequence[SendReceipt | ClientError]]]
+
+
+@dataclass
+class PendingSend:
+    topic: str
+    message: pb.Message
+    size: int
+    group: str | None
+    future: asyncio.Future[SendReceipt] = field(repr=False)
+
+
+class SendAccumulator:
+    def __init__(self, send_call: SendCall, max_inflight: int, max_messages: int, max_bytes: int) -> None:
+        self.send_call = send_call
+        self.max_inflight = max_inflight
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self._queue: deque[PendingSend] = deque()
+        self._inflight = 0
+        self._groups_in_flight: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def add(self, sends: Sequence[PendingSend]) -> None:
+        """Queue sends (in order) and start calls while there is room; sends
+        added together are never split by this call's own start."""
+        self._queue.extend(sends)
+        self._idle.clear()
+        self._drain()
+
+    async def flush(self) -> None:
+        """Wait until every queued send is answered."""
+        await self._idle.wait()
+
+    async def close(self, error: ClientError) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        while self._queue:
+            pending = self._queue.popleft()
+            if not pending.future.done():
+                pending.future.set_exception(error)
+        self._idle.set()
+
+    # ------------------------------------------------------------ batching
+    def _drain(self) -> None:
+        while self._queue and self._inflight < self.max_inflight:
+            batch = self._take()
+            if not batch:
+                return  # everything queued waits for a group in flight
+            self._inflight += 1
+            for pending in batch:
+                if pending.group is not None:
+                    self._groups_in_flight.add(pending.group)
+            task = asyncio.ensure_future(self._send(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if not self._queue and self._inflight == 0:
+            self._idle.set()
+
+    def _take(self) -> list[PendingSend]:
+        """The next call's sends: the first send that may leave, then every
+        later one of its topic that fits, skipping (and keeping in order)
+        those whose group is busy or was skipped."""
+        batch: list[PendingSend] = []
+        kept: deque[PendingSend] = deque()
+        blocked = set(self._groups_in_flight)
+        topic: str | None = None
+        size = 0
+        while self._queue:
+            pending = self._queue.popleft()
+            fits = (len(batch) < self.max_messages and (not batch or size + pending.size <= self.max_bytes))
+            eligible = (pending.group is None or pending.group not in blocked) and \
+                (topic is None or pending.topic == topic)
+            if eligible and fits:
+                topic = pending.topic
+                batch.append(pending)
+                size += pending.size
+                continue
+            kept.append(pending)
+            if pending.group is not None:
+                blocked.add(pending.group)  # its later messages must wait behind it
+            if len(batch) >= self.max_messages:
+                break
+        kept.extend(self._queue)
+        self._queue = kept
+        return batch
+
+    async def _send(self, batch: list[PendingSend]) -> None:
+        try:
+            try:
+                results = await self.send_call(batch[0].topic, [p.message for p in batch])
+            except ClientError as error:
+                results = [error] * len(batch)
+            except Exception as error:  # noqa: BLE001 - handed to every waiting sender
+                failure = ClientError(pb.INTERNAL_ERROR, f"send failed: {type(error).__name__}: {error}")
+                results = [failure] * len(batch)
+            for pending, result in zip(batch, results):
+                if pending.future.done():
+                    continue
+                if isinstance(result, ClientError):
+                    pending.future.set_exception(result)
+                else:
+                    pending.future.set_result(result)
+        finally:
+            self._inflight -= 1
+            for pending in batch:
+                if pending.group is not None:
+                    self._groups_in_flight.discard(pending.group)
+            self._drain()

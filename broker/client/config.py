@@ -1,0 +1,40 @@
+"""ClientConfig: the client's tunables, each default explained once."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from dledger.client import parse_servers
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    # Any nodes of the cluster ("host:port,host:port" or a list). The client
+    # finds the leader among them and talks to it; any node would serve it
+    # (followers forward), but a forwarded call costs the cluster a hop.
+    servers: tuple[str, ...]
+    # RocketMQ's namespace, sent as x-mq-namespace and in every Resource.
+    namespace: str = ""
+    # One attempt of a unary call. Longer than the broker's commit wait
+    # (max_wait_ack 2.5 s), so a slow commit is answered by the broker.
+    request_timeout_s: float = 5.0
+    # All attempts of one call together: past this a retriable failure is
+    # raised. Long enough to outlast a leader election under load.
+    deadline_s: float = 15.0
+    # Keep-alive (the official clients: every 10 s); also when the client
+    # checks that its Telemetry stream still goes to the leader.
+    heartbeat_interval_s: float = 10.0
+    # How long a leader discovery waits for each node's Metadata answer.
+    probe_timeout_s: float = 1.0
+    # Retry backoff: jittered, from this, doubling to the max.
+    retry_initial_s: float = 0.02
+    retry_max_s: float = 0.5
+    # Extra gRPC channel options (name, value).
+    channel_options: tuple[tuple[str, object], ...] = field(default_factory=tuple)
+
+    @classmethod
+    def of(cls, servers: "str | Iterable[str] | ClientConfig", **overrides: object) -> "ClientConfig":
+        """A config from a server list (or a config, with overrides)."""
+        if isinstance(servers, ClientConfig):
+            return servers if not overrides else cls(**{**servers.__dict__, **overrides})  # type: ignore[arg-type]
+        return cls(servers=tuple(parse_servers(servers)), **overrides)  # type: ignore[arg-type]

@@ -1,0 +1,231 @@
+"""Connection: channels to the cluster, the client's identity, the leader, retries.
+
+Every node serves the whole protocol (a follower forwards to the leader), but a
+forwarded call costs the cluster a second hop and a follower's CPU, so the
+client talks to the leader itself: it finds it with the DLedger Metadata RPC,
+which every node serves on the same port, and forgets it on any failure that
+suggests it moved. When no leader can be named (an election is running) it
+asks any reachable node, which waits for the new leader or answers
+HA_NOT_AVAILABLE.
+
+Retries use tenacity: short jittered waits, one overall deadline per call,
+only for retriable failures (ClientError.retriable: unreachable, no quorum,
+outcome unknown). A retried send carries the same message ids, which the
+broker recognises, so a retry never stores a message twice.
+
+Every call carries the headers of the RocketMQ 5 transport: x-mq-client-id
+(required by the broker), x-mq-request-id, x-mq-language, x-mq-protocol,
+x-mq-client-version, x-mq-date-time and, with a namespace, x-mq-namespace.
+"""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import itertools
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
+
+import grpc
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_delay, wait_exponential_jitter
+
+from broker.client.config import ClientConfig
+from broker.client.errors import ClientError, UnavailableError, transport_error
+from rpcgen import dledger_pb2, dledger_pb2_grpc
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+CLIENT_VERSION = "0.1.0"
+# Many 4 MiB messages may travel in one batch (the 5.x proxy allows 130 MiB).
+MAX_MESSAGE_BYTES = 256 << 20
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # gRPC's default reconnect backoff grows to 120 s: a node restarted after a
+    # crash would stay unreachable to us long after it is back.
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+_client_index = itertools.count()
+
+R = TypeVar("R")
+Attempt = Callable[[str], Awaitable[R]]
+
+
+def access_point(servers: Iterable[str]) -> pb.Endpoints:
+    """The protocol's Endpoints for the servers a client was given."""
+    addresses = []
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        addresses.append(pb.Address(host=host.strip("[]"), port=int(port)))
+    kinds = {_ip_version(a.host) for a in addresses}
+    scheme = pb.IPv4 if kinds == {4} else pb.IPv6 if kinds == {6} else pb.DOMAIN_NAME
+    return pb.Endpoints(scheme=scheme, addresses=addresses)
+
+
+def _ip_version(host: str) -> int:
+    try:
+        return ipaddress.ip_address(host).version
+    except ValueError:
+        return 0
+
+
+def make_client_id() -> str:
+    """host@pid@index@random, the shape the official clients use."""
+    return f"{socket.gethostname()}@{os.getpid()}@{next(_client_index)}@{uuid.uuid4().hex[:10]}"
+
+
+class Connection:
+    def __init__(self, config: ClientConfig, client_id: str | None = None) -> None:
+        self.config = config
+        self.client_id = client_id or make_client_id()
+        self.servers = list(config.servers)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._messaging: dict[str, service_pb2_grpc.MessagingServiceStub] = {}
+        self._leader: str | None = None
+        self._discovery: asyncio.Task[str] | None = None
+        headers = [("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"),
+                   ("x-mq-protocol", "v2"), ("x-mq-client-version", CLIENT_VERSION)]
+        if config.namespace:
+            headers.append(("x-mq-namespace", config.namespace))
+        self._headers = tuple(headers)
+        self.closed = False
+        # Attempts that failed retriably and were tried again (tests and
+        # benchmarks read it: did a failover exercise the retry path?).
+        self.retries = 0
+
+    # ------------------------------------------------------------- channels
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        return self._headers + (("x-mq-request-id", uuid.uuid4().hex), ("x-mq-date-time", stamp))
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            options = CHANNEL_OPTIONS + list(self.config.channel_options)
+            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=options)
+        return channel
+
+    def messaging(self, address: str) -> service_pb2_grpc.MessagingServiceStub:
+        stub = self._messaging.get(address)
+        if stub is None:
+            stub = self._messaging[address] = service_pb2_grpc.MessagingServiceStub(self.channel(address))
+        return stub
+
+    def resource(self, name: str) -> pb.Resource:
+        return pb.Resource(name=name, resource_namespace=self.config.namespace)
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._discovery is not None:
+            self._discovery.cancel()
+        channels, self._channels, self._messaging = list(self._channels.values()), {}, {}
+        await asyncio.gather(*(c.close() for c in channels), return_exceptions=True)
+
+    # --------------------------------------------------------------- leader
+    @property
+    def known_leader(self) -> str | None:
+        return self._leader
+
+    async def leader(self) -> str:
+        """The leader's address (or, during an election, any reachable node)."""
+        if self._leader is not None:
+            return self._leader
+        # Concurrent callers share one discovery rather than each probing every node.
+        if self._discovery is None or self._discovery.done():
+            self._discovery = asyncio.ensure_future(self._discover())
+        return await asyncio.shield(self._discovery)
+
+    def forget(self, address: str) -> None:
+        if self._leader == address:
+            self._leader = None
+
+    async def refresh_leader(self) -> str:
+        self._leader = None
+        return await self.leader()
+
+    async def _discover(self) -> str:
+        servers = list(self.servers)
+        answers = await asyncio.gather(*(self._probe(a) for a in servers))
+        best: tuple[int, int, str] | None = None  # (term, says it leads, address)
+        reachable = []
+        for address, answer in zip(servers, answers):
+            if answer is None:
+                continue
+            reachable.append(address)
+            self._learn(peer.address for peer in answer.peers)
+            if answer.role == "LEADER":
+                candidate = (answer.term, 1, address)
+            elif answer.leader_address:
+                candidate = (answer.term, 0, answer.leader_address)
+            else:
+                continue
+            if best is None or candidate[:2] > best[:2]:
+                best = candidate
+        if best is not None:
+            self._leader = best[2]
+            return best[2]
+        if reachable:
+            return reachable[0]  # no leader yet: a node that waits for one
+        raise UnavailableError(pb.HA_NOT_AVAILABLE, f"no node reachable among {','.join(servers)}")
+
+    async def _probe(self, address: str) -> dledger_pb2.MetadataResponse | None:
+        stub = dledger_pb2_grpc.DLedgerServiceStub(self.channel(address))
+        try:
+            answer = await stub.Metadata(dledger_pb2.MetadataRequest(header=dledger_pb2.Header()),
+                                         timeout=self.config.probe_timeout_s)
+        except grpc.aio.AioRpcError:
+            return None
+        return answer if answer.header.code == 200 else None
+
+    def _learn(self, addresses: Any) -> None:
+        for address in addresses:
+            if address and address not in self.servers:
+                self.servers.append(address)
+
+    # -------------------------------------------------------------- retries
+    async def call(self, what: str, attempt: Attempt[R], retry: Callable[[ClientError], bool] | None = None) -> R:
+        """Run `attempt(address)` against the leader, retrying retriable
+        failures (or those `retry` accepts) until the deadline."""
+        should_retry = retry or (lambda error: error.retriable)
+        try:
+            return await self._attempt(what, attempt)  # the common case, without a retry state
+        except ClientError as error:
+            if self.closed or not should_retry(error):
+                raise
+            log.debug("%s: %s; retrying", what, error)
+            self.retries += 1
+        return await self.retrying(should_retry)(self._attempt, what, attempt)
+
+    async def _attempt(self, what: str, attempt: Attempt[R]) -> R:
+        address = await self.leader()
+        try:
+            return await attempt(address)
+        except grpc.aio.AioRpcError as error:
+            self.forget(address)
+            raise transport_error(error, address, what) from None
+        except UnavailableError:
+            self.forget(address)  # it may have stepped down: ask again who leads
+            raise
+
+    def retrying(self, should_retry: Callable[[ClientError], bool]) -> AsyncRetrying:
+        config = self.config
+
+        def retriable(error: BaseException) -> bool:
+            return isinstance(error, ClientError) and not self.closed and should_retry(error)
+
+        def before_sleep(state: RetryCallState) -> None:
+            self.retries += 1
+            failure = state.outcome.exception() if state.outcome else None
+            log.debug("retry %d after %s", state.attempt_number, failure)
+
+        return AsyncRetrying(stop=stop_after_delay(config.deadline_s),
+                             wait=wait_exponential_jitter(multiplier=config.retry_initial_s, max=config.retry_max_s,
+                                                          jitter=config.retry_initial_s),
+                             retry=retry_if_exception(retriable), reraise=True, before_sleep=before_sleep)

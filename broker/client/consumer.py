@@ -1,0 +1,300 @@
+"""SimpleConsumer: pop-style consumption (receive, ack, change invisible duration).
+
+    async with SimpleConsumer(servers, "OrderGroup", {"Orders": "*"}) as consumer:
+        for message in await consumer.receive(32, invisible_duration=30):
+            ...
+            await consumer.ack(message)
+
+A received message is invisible to the group for its invisible duration; if
+it is not acknowledged by then, the broker delivers it again (delivery_attempt
++ 1), and after the group's max attempts moves it to %DLQ%<group>. Acks are
+batched: `ack(*messages)` sends one AckMessage call per topic and up to
+`max_ack_entries` entries, and concurrent ack() calls share calls, so a
+consumer acks tens of thousands of messages a second.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, AsyncIterator, Iterable, Mapping
+
+import grpc
+
+from broker.client.base import BaseClient
+from broker.client.config import ClientConfig
+from broker.client.errors import BadRequestError, ClientError, check_status, error_for
+from broker.client.message import ReceivedMessage, duration, from_protocol
+from broker.client.routes import RouteCache
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+
+log = logging.getLogger(__name__)
+
+DEFAULT_AWAIT_S = 20.0            # long polling (the official clients' await duration)
+DEFAULT_INVISIBLE_S = 60.0        # RocketMQ 5's default invisible duration
+MAX_ACK_ENTRIES = 1000
+MAX_INFLIGHT_ACKS = 4
+
+
+class AckError(ClientError):
+    """Some messages of an ack were not acknowledged; `failures` maps their
+    message ids to why (an expired receipt handle: INVALID_RECEIPT_HANDLE)."""
+
+    def __init__(self, failures: dict[str, ClientError]) -> None:
+        first = next(iter(failures.values()))
+        super().__init__(first.code, f"{len(failures)} message(s) not acknowledged; first: {first.message}")
+        self.failures = failures
+
+
+def subscriptions_of(subscriptions: Mapping[str, str] | Iterable[str]) -> dict[str, str]:
+    """{topic: tag expression}; a bare topic list subscribes to every tag."""
+    if isinstance(subscriptions, Mapping):
+        return {topic: expression or "*" for topic, expression in subscriptions.items()}
+    return {topic: "*" for topic in subscriptions}
+
+
+class SimpleConsumer(BaseClient):
+    client_type = pb.SIMPLE_CONSUMER
+
+    def __init__(self, servers: str | Iterable[str] | ClientConfig, group: str,
+                 subscriptions: Mapping[str, str] | Iterable[str] = (), *, await_duration_s: float = DEFAULT_AWAIT_S,
+                 max_ack_entries: int = MAX_ACK_ENTRIES, **config: Any) -> None:
+        self.consumer_group = group
+        self.subscriptions = subscriptions_of(subscriptions)
+        self.await_duration_s = await_duration_s
+        super().__init__(servers, **config)
+        self.routes = RouteCache(self.connection)
+        self._topic_turn = itertools.count()
+        self._queue_turn = itertools.count()
+        self.acks = _AckBatcher(self, max_ack_entries)
+
+    def settings(self) -> pb.Settings:
+        settings = super().settings()
+        settings.subscription.CopyFrom(pb.Subscription(
+            group=self.connection.resource(self.consumer_group),
+            subscriptions=[pb.SubscriptionEntry(topic=self.connection.resource(topic),
+                                                expression=pb.FilterExpression(type=pb.TAG, expression=expression))
+                           for topic, expression in self.subscriptions.items()],
+            long_polling_timeout=duration(self.await_duration_s)))
+        return settings
+
+    def group(self) -> str | None:
+        return self.consumer_group
+
+    async def subscribe(self, topic: str, expression: str = "*") -> None:
+        self.subscriptions[topic] = expression or "*"
+        await self.telemetry.resync()
+
+    async def unsubscribe(self, topic: str) -> None:
+        self.subscriptions.pop(topic, None)
+        await self.telemetry.resync()
+
+    async def close(self) -> None:
+        await self.acks.close()
+        await super().close()
+
+    # ------------------------------------------------------------ receive
+    async def receive(self, max_messages: int = 32, invisible_duration: float | timedelta = DEFAULT_INVISIBLE_S,
+                      await_duration_s: float | None = None) -> list[ReceivedMessage]:
+        """Up to `max_messages` from one of the subscribed topics, waiting
+        (long polling) up to `await_duration_s` for any to arrive; [] if none."""
+        self.require_started()
+        if not self.subscriptions:
+            raise BadRequestError(pb.BAD_REQUEST, "the consumer subscribes to no topic")
+        topics = list(self.subscriptions)
+        topic = topics[next(self._topic_turn) % len(topics)]
+        route = await self.routes.route(topic)
+        queues = route.readable
+        if not queues:
+            raise BadRequestError(pb.FORBIDDEN, f"topic {topic!r} has no readable queue")
+        queue = queues[next(self._queue_turn) % len(queues)]
+        polling = self.await_duration_s if await_duration_s is None else await_duration_s
+        request = spb.ReceiveMessageRequest(
+            group=self.connection.resource(self.consumer_group), message_queue=queue,
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression=self.subscriptions[topic]),
+            batch_size=max_messages, invisible_duration=duration(invisible_duration), auto_renew=False,
+            long_polling_timeout=duration(polling),
+            # The same id on a retry lets the broker hand back the same batch.
+            attempt_id=uuid.uuid4().hex)
+        return await self.connection.call(f"receive from {topic!r}",
+                                          lambda address: self._receive_once(address, request, polling))
+
+    async def _receive_once(self, address: str, request: spb.ReceiveMessageRequest,
+                            polling: float) -> list[ReceivedMessage]:
+        connection = self.connection
+        call = connection.messaging(address).ReceiveMessage(
+            request, metadata=connection.headers(), timeout=polling + self.config.request_timeout_s)
+        messages: list[ReceivedMessage] = []
+        status: pb.Status | None = None
+        try:
+            async for response in call:
+                content = response.WhichOneof("content")
+                if content == "message":
+                    messages.append(from_protocol(response.message))
+                elif content == "status":
+                    status = response.status
+        except grpc.aio.AioRpcError as error:
+            if messages:
+                # The stream broke after messages arrived: keep them (they are
+                # leased to us; an unacked one comes back after its lease).
+                log.debug("receive stream broke after %d messages: %s", len(messages), error)
+                return messages
+            raise
+        if status is not None and status.code not in (pb.OK, pb.MESSAGE_NOT_FOUND) and not messages:
+            check_status(status, "receive")
+        return messages
+
+    async def messages(self, batch: int = 32, invisible_duration: float | timedelta = DEFAULT_INVISIBLE_S
+                       ) -> AsyncIterator[ReceivedMessage]:
+        """Received messages, one by one, for ever (the caller acks them)."""
+        while True:
+            for message in await self.receive(batch, invisible_duration):
+                yield message
+
+    # ----------------------------------------------------------------- ack
+    async def ack(self, *messages: ReceivedMessage) -> None:
+        """Acknowledge messages (in as few calls as possible); raises AckError
+        naming those the broker refused."""
+        self.require_started()
+        if not messages:
+            return
+        futures = self.acks.add(messages)
+        results = await asyncio.gather(*futures)
+        failures = {m.message_id: r for m, r in zip(messages, results) if r is not None}
+        if failures:
+            raise AckError(failures)
+
+    async def change_invisible_duration(self, message: ReceivedMessage,
+                                        invisible_duration: float | timedelta) -> ReceivedMessage:
+        """Extend (or shorten: 0 is "deliver again now") a message's lease; the
+        message's receipt handle is replaced by the new one."""
+        self.require_started()
+        connection = self.connection
+        request = spb.ChangeInvisibleDurationRequest(
+            group=connection.resource(self.consumer_group), topic=connection.resource(message.topic),
+            receipt_handle=message.receipt_handle, invisible_duration=duration(invisible_duration),
+            message_id=message.message_id)
+
+        async def attempt(address: str) -> str:
+            answer = await connection.messaging(address).ChangeInvisibleDuration(
+                request, metadata=connection.headers(), timeout=self.config.request_timeout_s)
+            check_status(answer.status, f"change invisible duration of {message.message_id}")
+            return answer.receipt_handle
+
+        handle = await connection.call("ChangeInvisibleDuration", attempt)
+        if handle:
+            message.receipt_handle = handle
+        message.invisible_duration = (invisible_duration if isinstance(invisible_duration, timedelta)
+                                      else timedelta(seconds=invisible_duration))
+        return message
+
+    async def ack_call(self, topic: str, entries: list[spb.AckMessageEntry]) -> dict[str, ClientError | None]:
+        """One AckMessage call (retried for retriable failures); the outcome
+        per receipt handle: None for acknowledged, else the error."""
+        connection = self.connection
+        outcome: dict[str, ClientError | None] = {}
+        remaining = list(entries)
+
+        async def attempt(address: str) -> None:
+            nonlocal remaining
+            answer = await connection.messaging(address).AckMessage(
+                spb.AckMessageRequest(group=connection.resource(self.consumer_group),
+                                      topic=connection.resource(topic), entries=remaining),
+                metadata=connection.headers(), timeout=self.config.request_timeout_s)
+            if not answer.entries:
+                check_status(answer.status, f"ack on {topic!r}")
+                outcome.update((e.receipt_handle, None) for e in remaining)
+                remaining = []
+                return
+            by_handle = {e.receipt_handle: e for e in answer.entries}
+            retry, first_retriable = [], None
+            for entry in remaining:
+                result = by_handle.get(entry.receipt_handle)
+                code = result.status.code if result is not None else answer.status.code
+                if code == pb.OK:
+                    outcome[entry.receipt_handle] = None
+                    continue
+                message = result.status.message if result is not None else answer.status.message
+                error = error_for(code, f"ack of {entry.message_id}: {message}")
+                if error.retriable:
+                    retry.append(entry)
+                    first_retriable = first_retriable or error
+                else:
+                    outcome[entry.receipt_handle] = error
+            remaining = retry
+            if first_retriable is not None:
+                raise first_retriable
+
+        try:
+            await connection.call(f"ack on {topic!r}", attempt)
+        except ClientError as error:
+            for entry in remaining:
+                outcome.setdefault(entry.receipt_handle, error)
+        return outcome
+
+
+@dataclass
+class _PendingAck:
+    topic: str
+    entry: spb.AckMessageEntry
+    future: asyncio.Future[ClientError | None] = field(repr=False)
+
+
+class _AckBatcher:
+    """Concurrent acks leave together (per topic, up to `max_entries` per
+    call, `MAX_INFLIGHT_ACKS` calls in flight), as sends do."""
+
+    def __init__(self, consumer: SimpleConsumer, max_entries: int) -> None:
+        self.consumer = consumer
+        self.max_entries = max_entries
+        self._queue: deque[_PendingAck] = deque()
+        self._inflight = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def add(self, messages: Iterable[ReceivedMessage]) -> list[asyncio.Future[ClientError | None]]:
+        loop = asyncio.get_running_loop()
+        added = [_PendingAck(m.topic, spb.AckMessageEntry(message_id=m.message_id, receipt_handle=m.receipt_handle),
+                             loop.create_future()) for m in messages]
+        self._queue.extend(added)
+        self._drain()
+        return [p.future for p in added]
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _drain(self) -> None:
+        while self._queue and self._inflight < MAX_INFLIGHT_ACKS:
+            topic = self._queue[0].topic
+            batch: list[_PendingAck] = []
+            kept: deque[_PendingAck] = deque()
+            while self._queue and len(batch) < self.max_entries:
+                pending = self._queue.popleft()
+                (batch if pending.topic == topic else kept).append(pending)
+            kept.extend(self._queue)
+            self._queue = kept
+            self._inflight += 1
+            task = asyncio.ensure_future(self._send(topic, batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, topic: str, batch: list[_PendingAck]) -> None:
+        try:
+            try:
+                outcome = await self.consumer.ack_call(topic, [p.entry for p in batch])
+            except Exception as error:  # noqa: BLE001 - every waiting ack gets it
+                failure = error if isinstance(error, ClientError) else ClientError(pb.INTERNAL_ERROR, str(error))
+                outcome = {p.entry.receipt_handle: failure for p in batch}
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_result(outcome.get(pending.entry.receipt_handle))
+        finally:
+            self._inflight -= 1
+            self._drain()
+

@@ -1,0 +1,183 @@
+"""What an application sends and receives, and their protocol forms.
+
+`Message` is what a producer sends; `SendReceipt` what it gets back (message
+id, queue id, queue offset); `ReceivedMessage` what a consumer gets (with
+the receipt handle a SimpleConsumer acks with, or the offset a PullConsumer
+resumes from).
+"""
+from __future__ import annotations
+
+import gzip
+import socket
+import time
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Mapping, Sequence
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+
+MESSAGE_TYPES = {pb.NORMAL: "NORMAL", pb.FIFO: "FIFO", pb.DELAY: "DELAY", pb.TRANSACTION: "TRANSACTION"}
+try:
+    BORN_HOST = socket.gethostbyname(socket.gethostname())
+except OSError:
+    BORN_HOST = "127.0.0.1"
+
+
+@dataclass
+class Message:
+    """A message to send. `message_group` makes it FIFO (ordered within the
+    group); `delivery_time` (or `delay`, seconds or a timedelta from the send)
+    makes it a delayed message."""
+    topic: str
+    body: bytes
+    tag: str | None = None
+    keys: Sequence[str] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    message_group: str | None = None
+    delivery_time: datetime | None = None
+    delay: float | timedelta | None = None
+
+    @property
+    def message_type(self) -> pb.MessageType:
+        if self.message_group is not None:
+            return pb.FIFO
+        if self.delivery_time is not None or self.delay is not None:
+            return pb.DELAY
+        return pb.NORMAL
+
+
+@dataclass(frozen=True)
+class SendReceipt:
+    message_id: str
+    topic: str
+    queue_id: int
+    offset: int
+    transaction_id: str = ""
+    recall_handle: str = ""
+
+
+@dataclass
+class ReceivedMessage:
+    topic: str
+    message_id: str
+    body: bytes
+    tag: str | None
+    keys: list[str]
+    properties: dict[str, str]
+    message_group: str | None
+    message_type: str
+    queue_id: int
+    queue_offset: int
+    delivery_attempt: int
+    receipt_handle: str
+    born_host: str
+    born_timestamp: datetime
+    store_timestamp: datetime | None
+    delivery_timestamp: datetime | None
+    invisible_duration: timedelta | None
+    # The body did not match the broker's digest (it is delivered anyway, as
+    # the official clients do, so that the application decides).
+    corrupted: bool = False
+    # For a dead-lettered message: where it came from.
+    dead_letter_topic: str | None = None
+    # The transaction id of a half message a check-back asks about.
+    transaction_id: str = ""
+
+
+# ---------------------------------------------------------------- to the wire
+
+def to_protocol(message: Message, message_id: str, namespace: str = "",
+                message_type: pb.MessageType | None = None, now: float | None = None) -> pb.Message:
+    now = time.time() if now is None else now
+    system = pb.SystemProperties(message_id=message_id, body_encoding=pb.IDENTITY,
+                                 message_type=message_type or message.message_type,
+                                 born_timestamp=_timestamp(now), born_host=BORN_HOST)
+    if message.tag is not None:
+        system.tag = message.tag
+    if message.keys:
+        system.keys.extend(message.keys)
+    if message.message_group is not None:
+        system.message_group = message.message_group
+    delivery = delivery_epoch(message, now)
+    if delivery is not None:
+        system.delivery_timestamp.CopyFrom(_timestamp(delivery))
+    return pb.Message(topic=pb.Resource(name=message.topic, resource_namespace=namespace),
+                      user_properties=dict(message.properties), system_properties=system, body=message.body)
+
+
+def delivery_epoch(message: Message, now: float) -> float | None:
+    if message.delivery_time is not None:
+        when = message.delivery_time
+        if when.tzinfo is None:
+            when = when.astimezone()  # a naive datetime is local time, as datetime.timestamp() reads it
+        return when.timestamp()
+    if message.delay is not None:
+        seconds = message.delay.total_seconds() if isinstance(message.delay, timedelta) else float(message.delay)
+        return now + seconds
+    return None
+
+
+def receipt_of(entry: spb.SendResultEntry, topic: str) -> SendReceipt:
+    return SendReceipt(message_id=entry.message_id, topic=topic, queue_id=entry.queue_id, offset=entry.offset,
+                       transaction_id=entry.transaction_id, recall_handle=entry.recall_handle)
+
+
+def duration(seconds: float | timedelta) -> Duration:
+    value = Duration()
+    value.FromTimedelta(seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds))
+    return value
+
+
+def _timestamp(epoch: float) -> Timestamp:
+    seconds = int(epoch)
+    return Timestamp(seconds=seconds, nanos=int((epoch - seconds) * 1e9))
+
+
+# -------------------------------------------------------------- from the wire
+
+def from_protocol(message: pb.Message) -> ReceivedMessage:
+    system = message.system_properties
+    body, corrupted = _decoded_body(message.body, system)
+    return ReceivedMessage(
+        topic=message.topic.name, message_id=system.message_id, body=body,
+        tag=system.tag if system.HasField("tag") else None, keys=list(system.keys),
+        properties=dict(message.user_properties),
+        message_group=system.message_group if system.HasField("message_group") else None,
+        message_type=MESSAGE_TYPES.get(system.message_type, "NORMAL"),
+        queue_id=system.queue_id, queue_offset=system.queue_offset,
+        delivery_attempt=system.delivery_attempt if system.HasField("delivery_attempt") else 1,
+        receipt_handle=system.receipt_handle, born_host=system.born_host,
+        born_timestamp=_datetime(system.born_timestamp),
+        store_timestamp=_datetime(system.store_timestamp) if system.HasField("store_timestamp") else None,
+        delivery_timestamp=(_datetime(system.delivery_timestamp)
+                            if system.HasField("delivery_timestamp") else None),
+        invisible_duration=(system.invisible_duration.ToTimedelta()
+                            if system.HasField("invisible_duration") else None),
+        corrupted=corrupted,
+        dead_letter_topic=system.dead_letter_queue.topic if system.HasField("dead_letter_queue") else None)
+
+
+def _decoded_body(body: bytes, system: pb.SystemProperties) -> tuple[bytes, bool]:
+    """The body as the producer sent it, and whether it failed its digest.
+    The digest covers the body as stored (before decompression)."""
+    corrupted = False
+    if system.HasField("body_digest") and system.body_digest.type == pb.CRC32:
+        corrupted = f"{zlib.crc32(body):08X}" != system.body_digest.checksum.upper()
+    if system.body_encoding == pb.GZIP:
+        try:
+            body = zlib.decompress(body)  # what RocketMQ's producers write (Deflater)
+        except zlib.error:
+            try:
+                body = gzip.decompress(body)
+            except (OSError, EOFError):
+                corrupted = True
+    return body, corrupted
+
+
+def _datetime(value: Timestamp) -> datetime:
+    return datetime.fromtimestamp(value.seconds + value.nanos / 1e9, tz=timezone.utc)

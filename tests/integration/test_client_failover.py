@@ -1,0 +1,143 @@
+"""broker.client across a leader SIGKILL: producers and a consumer keep going
+through the election (retries carry the same message ids and receipt
+handles), every acknowledged send is in the committed log exactly where its
+receipt says, no message is stored twice, and every one of them reaches the
+consumer; deliveries of messages the consumer had already acknowledged are
+counted (at-least-once allows them; the test prints how many)."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+import pytest
+
+from broker.client import (AckError, AdminClient, ClientError, Message, Producer, ReceivedMessage, SendReceipt,
+                           SimpleConsumer, TransactionResolution)
+from cluster.process_cluster import ProcessCluster
+from dledger.client import DLedgerClient
+from tests.integration.broker_cluster import SPARSE_FILES, leader_of, servers, stored_messages
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+SENDERS = 8
+BEFORE_KILL_S = 1.5
+AFTER_KILL_S = 4.0
+DRAIN_S = 45.0
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = ProcessCluster(tmp_path / "failover", extra_args=SPARSE_FILES)
+    c.start()
+    yield c
+    c.stop_all()
+
+
+class Traffic:
+    """What the producers and the consumer saw."""
+
+    def __init__(self) -> None:
+        self.acked_sends: dict[str, tuple[bytes, SendReceipt, float]] = {}
+        self.send_failures: list[ClientError] = []
+        self.deliveries: Counter[str] = Counter()
+        self.acked_by_consumer: set[str] = set()
+        self.delivered_after_ack = 0
+        self.sending = True
+
+    async def send(self, producer: Producer, worker: int) -> None:
+        sequence = 0
+        while self.sending:
+            body = f"{worker}:{sequence}".encode()
+            sequence += 1
+            try:
+                receipt = await producer.send(Message("Failover", body))
+            except ClientError as error:  # past the client's deadline: counted, not hidden
+                self.send_failures.append(error)
+                continue
+            self.acked_sends[receipt.message_id] = (body, receipt, time.monotonic())
+
+    async def consume(self, consumer: SimpleConsumer, until: float) -> None:
+        while time.monotonic() < until and (self.sending or not set(self.acked_sends) <= self.acked_by_consumer):
+            try:
+                received = await consumer.receive(32, 10, await_duration_s=5)
+            except ClientError:
+                continue  # retried by the client until its deadline; try again
+            for message in received:
+                self.deliveries[message.message_id] += 1
+                if message.message_id in self.acked_by_consumer:
+                    self.delivered_after_ack += 1
+            try:
+                await consumer.ack(*received)
+                self.acked_by_consumer.update(m.message_id for m in received)
+            except AckError as error:  # an expired lease: the message comes back
+                self.acked_by_consumer.update(m.message_id for m in received if m.message_id not in error.failures)
+            except ClientError:
+                pass
+
+
+async def test_producers_and_a_consumer_go_on_across_a_leader_sigkill(cluster):
+    async with AdminClient(servers(cluster)) as admin:
+        await admin.create_topic("Failover", 4)
+    traffic = Traffic()
+    async with Producer(servers(cluster)) as producer, \
+            SimpleConsumer(servers(cluster), "FailoverGroup", ["Failover"]) as consumer:
+        consuming = asyncio.ensure_future(traffic.consume(consumer, time.monotonic() + 120))
+        senders = [asyncio.ensure_future(traffic.send(producer, w)) for w in range(SENDERS)]
+        await asyncio.sleep(BEFORE_KILL_S)
+        leader = await leader_of(cluster)
+        cluster.kill(leader)
+        killed_at = time.monotonic()
+        await asyncio.sleep(AFTER_KILL_S)
+        traffic.sending = False
+        await asyncio.gather(*senders)
+        retried = producer.connection.retries
+        drain_until = time.monotonic() + DRAIN_S
+        while not consuming.done() and time.monotonic() < drain_until:
+            await asyncio.sleep(0.2)
+        consuming.cancel()
+
+    acked = traffic.acked_sends
+    print(f"\n{len(acked)} sends acknowledged, {retried} send attempts retried, "
+          f"{sum(traffic.deliveries.values())} deliveries of {len(traffic.deliveries)} messages, "
+          f"{traffic.delivered_after_ack} after the consumer had acked them")
+    assert retried > 0, "no send was retried: the kill did not hit a send in flight"
+    assert not traffic.send_failures, traffic.send_failures[:3]
+    assert sum(1 for _, _, at in acked.values() if at > killed_at + 1.0) > 0, "no send succeeded after the kill"
+    stored = await stored_messages(cluster, "Failover")
+    counts = Counter(m.message_id for m in stored)
+    assert [mid for mid, n in counts.items() if n > 1] == [], "a message was stored twice"
+    by_id = {m.message_id: m for m in stored}
+    missing = [mid for mid in acked if mid not in by_id]
+    assert missing == [], f"{len(missing)} acknowledged messages lost"
+    for message_id, (body, receipt, _) in acked.items():
+        message = by_id[message_id]
+        assert (message.body, message.queue_id, message.queue_offset) == (body, receipt.queue_id, receipt.offset)
+    never_received = set(acked) - set(traffic.deliveries)
+    assert never_received == set(), f"{len(never_received)} acknowledged messages never reached the consumer"
+
+
+async def test_a_check_back_finds_the_producer_after_leadership_moves(cluster):
+    """The broker keeps a producer's session where its Telemetry stream ends;
+    after a leadership transfer the old leader lives on as a follower, so the
+    producer must notice and move its stream to the new leader."""
+    async with AdminClient(servers(cluster)) as admin:
+        await admin.create_topic("Moved", 1, "transaction")
+    asked: list[str] = []
+
+    def checker(message: ReceivedMessage) -> TransactionResolution:
+        asked.append(message.message_id)
+        return TransactionResolution.COMMIT
+
+    async with Producer(servers(cluster), ["Moved"], checker=checker, transaction_recovery_s=2,
+                        heartbeat_interval_s=0.5) as producer:
+        leader = await leader_of(cluster)
+        successor = next(n for n in cluster.ids if n != leader)
+        async with DLedgerClient(list(cluster.addresses.values())) as client:
+            await client.leadership_transfer(successor)
+        receipt = await producer.begin_transaction().send(Message("Moved", b"undecided"))
+        deadline = time.monotonic() + 30
+        while not asked and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert producer.telemetry.address == cluster.addresses[successor]
+    assert asked == [receipt.message_id]

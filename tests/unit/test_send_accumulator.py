@@ -1,0 +1,101 @@
+"""The producer's SendAccumulator, driven through an in-memory send call: sends
+that wait share calls, one topic per call, a message group never has two
+calls in flight and leaves in send order, and a failed call fails only its own
+sends."""
+from __future__ import annotations
+
+import asyncio
+
+from broker.client.accumulator import PendingSend, SendAccumulator
+from broker.client.errors import ClientError, UnavailableError
+from broker.client.message import SendReceipt
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+
+
+class InMemoryBroker:
+    """Stores what each call carries; answers when the test releases it."""
+
+    def __init__(self, fail_topic: str | None = None) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+        self.in_flight: list[set[str]] = []
+        self.max_concurrent = 0
+        self.gate = asyncio.Event()
+        self.fail_topic = fail_topic
+        self.group_overlaps = 0
+
+    async def send(self, topic: str, messages: list[pb.Message]) -> list[SendReceipt | ClientError]:
+        groups = {m.system_properties.message_group for m in messages if m.system_properties.HasField("message_group")}
+        if any(groups & other for other in self.in_flight):
+            self.group_overlaps += 1
+        self.in_flight.append(groups)
+        self.max_concurrent = max(self.max_concurrent, len(self.in_flight))
+        self.calls.append((topic, [m.body.decode() for m in messages]))
+        await self.gate.wait()
+        self.in_flight.remove(groups)
+        if topic == self.fail_topic:
+            return [UnavailableError(pb.HA_NOT_AVAILABLE, "no leader")] * len(messages)
+        return [SendReceipt(m.system_properties.message_id, topic, 0, i) for i, m in enumerate(messages)]
+
+
+def pending(topic: str, body: str, group: str | None = None) -> PendingSend:
+    message = pb.Message(topic=pb.Resource(name=topic), body=body.encode(),
+                         system_properties=pb.SystemProperties(message_id=body))
+    if group is not None:
+        message.system_properties.message_group = group
+    return PendingSend(topic, message, len(body), group, asyncio.get_running_loop().create_future())
+
+
+async def release(broker: InMemoryBroker, accumulator: SendAccumulator) -> None:
+    broker.gate.set()
+    await accumulator.flush()
+
+
+async def test_waiting_sends_share_calls_within_the_in_flight_limit():
+    broker = InMemoryBroker()
+    accumulator = SendAccumulator(broker.send, max_inflight=2, max_messages=1000, max_bytes=1 << 20)
+    sends = [pending("T", f"m{i}") for i in range(100)]
+    for send in sends:
+        accumulator.add([send])  # one at a time, as concurrent send() calls arrive
+    await asyncio.sleep(0)
+    await release(broker, accumulator)
+    assert broker.max_concurrent <= 2
+    assert len(broker.calls) == 3  # two lone first sends, then everything that waited
+    assert [body for _, bodies in broker.calls for body in bodies] == [f"m{i}" for i in range(100)]
+    assert all(s.future.result().message_id == f"m{i}" for i, s in enumerate(sends))
+
+
+async def test_a_call_carries_one_topic_and_respects_the_batch_limits():
+    broker = InMemoryBroker()
+    accumulator = SendAccumulator(broker.send, max_inflight=1, max_messages=3, max_bytes=1 << 20)
+    accumulator.add([pending("A", "a0"), pending("B", "b0"), pending("A", "a1"), pending("A", "a2"),
+                     pending("A", "a3"), pending("B", "b1")])
+    await release(broker, accumulator)
+    assert broker.calls == [("A", ["a0", "a1", "a2"]), ("B", ["b0", "b1"]), ("A", ["a3"])]
+
+
+async def test_a_message_group_never_has_two_calls_in_flight_and_keeps_its_order():
+    broker = InMemoryBroker()
+    accumulator = SendAccumulator(broker.send, max_inflight=4, max_messages=2, max_bytes=1 << 20)
+    sends = [pending("F", f"{g}:{i}", group=g) for i in range(5) for g in ("g1", "g2", "g3")]
+    for send in sends:
+        accumulator.add([send])
+    for _ in range(20):
+        await asyncio.sleep(0)
+        broker.gate.set()
+        await asyncio.sleep(0)
+        broker.gate.clear()
+    await release(broker, accumulator)
+    assert broker.group_overlaps == 0
+    for group in ("g1", "g2", "g3"):
+        order = [body for _, bodies in broker.calls for body in bodies if body.startswith(group)]
+        assert order == [f"{group}:{i}" for i in range(5)]
+
+
+async def test_a_failed_call_fails_only_its_own_sends():
+    broker = InMemoryBroker(fail_topic="Down")
+    accumulator = SendAccumulator(broker.send, max_inflight=4, max_messages=100, max_bytes=1 << 20)
+    down, up = pending("Down", "d"), pending("Up", "u")
+    accumulator.add([down, up])
+    await release(broker, accumulator)
+    assert isinstance(down.future.exception(), UnavailableError)
+    assert up.future.result().topic == "Up"
