@@ -55,6 +55,13 @@ def to_duration(delta: timedelta) -> Duration:
     return result
 
 
+@functools.lru_cache(maxsize=256)
+def _shared_duration(delta: timedelta) -> Duration:
+    # Every message of a receive carries the same invisible duration: convert
+    # it once (callers only copy from it, never change it).
+    return to_duration(delta)
+
+
 @functools.lru_cache(maxsize=4096)
 def _born_host(text: str) -> SocketAddress:
     # Cached: a producer sends from one host, and parsing an address with
@@ -132,7 +139,7 @@ def to_delivered(stored: MessageExt, *, topic: str | None = None, receipt_handle
     if delivery_attempt is not None:
         system.delivery_attempt = delivery_attempt
     if invisible_duration is not None:
-        system.invisible_duration.CopyFrom(to_duration(invisible_duration))
+        system.invisible_duration.CopyFrom(_shared_duration(invisible_duration))
     if mc.DLQ_ORIGIN_TOPIC in properties:
         system.dead_letter_queue.CopyFrom(pb.DeadLetterQueue(
             topic=properties[mc.DLQ_ORIGIN_TOPIC], message_id=properties.get(mc.DLQ_ORIGIN_MESSAGE_ID, "")))

@@ -178,7 +178,8 @@ class SendService:
             stored = StoredMessage(result.queue_id, result.queue_offset, result.physical_offset, p.stored.topic)
             self.recent.remember(p.key[1], stored)
             futures[p.key].set_result(stored)
-            entries[p.request_index] = self._receipt(p.message, stored, p.key[0], result.message_id)
+            offset_message_id = result.message_id if stored.topic == HALF_TOPIC else None
+            entries[p.request_index] = self._receipt(p.message, stored, p.key[0], offset_message_id)
 
     def _receipt(self, message: pb.Message, stored: StoredMessage, topic: str,
                  offset_message_id: str | None = None) -> spb.SendResultEntry:

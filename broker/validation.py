@@ -290,13 +290,17 @@ _REQUIRED_PROPERTY = {
 
 
 def _implied_types(properties: SystemProperties) -> set[MessageType]:
-    present = {
-        definition_pb2.FIFO: properties.message_group != "",
-        definition_pb2.DELAY: properties.HasField("delivery_timestamp"),
-        definition_pb2.LITE: properties.lite_topic != "",
-        definition_pb2.PRIORITY: properties.HasField("priority"),
-    }
-    return {message_type for message_type, here in present.items() if here}
+    # Called for every message sent: plain ifs, no per-call dict.
+    implied: set[MessageType] = set()
+    if properties.message_group:
+        implied.add(definition_pb2.FIFO)
+    if properties.HasField("delivery_timestamp"):
+        implied.add(definition_pb2.DELAY)
+    if properties.lite_topic:
+        implied.add(definition_pb2.LITE)
+    if properties.HasField("priority"):
+        implied.add(definition_pb2.PRIORITY)
+    return implied
 
 
 def validate_delivery_timestamp(delivery_ms: int, now_ms: int, limits: ValidationLimits = DEFAULT_LIMITS) -> None:

@@ -41,13 +41,19 @@ QueueKey = tuple[str, int]
 @dataclass(frozen=True)
 class PutResult:
     """Where a message went (RocketMQ's AppendMessageResult)."""
-    message_id: str          # the offset message id: store host + physical offset
+    store_host: SocketAddress
     physical_offset: int
     queue_id: int
     queue_offset: int        # -1 for messages no ConsumeQueue lists (half, rollback)
     size: int
     store_timestamp: int
     index: int               # the DLedger entry index
+
+    @property
+    def message_id(self) -> str:
+        """The offset message id (store host + physical offset); made on
+        demand: most senders never look at it."""
+        return create_offset_message_id(self.store_host, self.physical_offset)
 
 
 def gets_queue_offset(sys_flag: int) -> bool:
@@ -141,7 +147,7 @@ class DLedgerCommitLog:
             if self.log.write_position == written_from:
                 self._next_offsets = before  # nothing written: the offsets are free again
             raise store_error(error) from None
-        return [PutResult(create_offset_message_id(self.store_host, pos + DLEDGER_HEADER_SIZE),
+        return [PutResult(self.store_host,
                           pos + DLEDGER_HEADER_SIZE, message.queue_id, queue_offset, len(body), now, first + i)
                 for i, (message, body, pos, queue_offset)
                 in enumerate(zip(messages, bodies, positions, assigned))]
