@@ -39,7 +39,7 @@ from typing import Any, Awaitable, Callable
 from broker.client import (AdminClient, ClientError, Message, NotFoundError, OffsetPolicy, Producer, PullConsumer,
                            ReceivedMessage, SendReceipt, SimpleConsumer)
 from broker.client.admin import MESSAGE_TYPES
-from dledger.client import parse_servers
+from cluster.cli_args import non_negative_int, positive_int, servers_arg
 
 # Messages per send call for `send --count` (the producer batches them).
 SEND_CHUNK = 1000
@@ -268,23 +268,6 @@ async def cmd_bench_consume(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------- parser
 
-def servers_arg(text: str) -> list[str]:
-    try:
-        return parse_servers(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _int_at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected at least {minimum}, got {value}")
-        return value
-    return parse
 
 
 def _seconds(text: str) -> float:
@@ -306,8 +289,6 @@ def bool_arg(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-positive_int = _int_at_least(1)
-non_negative_int = _int_at_least(0)
 
 
 def _parser(subparsers: Any, name: str, help_text: str,

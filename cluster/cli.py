@@ -31,7 +31,8 @@ from typing import Any, Awaitable, Callable
 from cluster import broker_cli
 from cluster.chaos.command import add_arguments as add_chaos_arguments
 from cluster.config import ConfigError, add_node_arguments, broker_settings_from_args, config_from_args
-from dledger.client import DLedgerClient, parse_servers
+from cluster.cli_args import non_negative_int, positive_int, servers_arg
+from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError
 
 # Entries per Append call for `append --count`: large batches amortize the
@@ -207,27 +208,8 @@ def fail(command: str, message: str, code: int = 1) -> int:
 
 # ------------------------------------------------------------------ parser
 
-def servers_arg(text: str) -> list[str]:
-    try:
-        return parse_servers(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected at least {minimum}, got {value}")
-        return value
-    return parse
-
-
-positive_int = int_at_least(1)
-non_negative_int = int_at_least(0)
 
 
 def _client_parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
