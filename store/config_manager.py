@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from abc import ABC, abstractmethod
 from typing import Any
 
 from dledger.store.properties import fsync_dir, write_temp
@@ -19,7 +20,7 @@ from store.errors import CorruptFileError
 log = logging.getLogger(__name__)
 
 
-class ConfigManager:
+class ConfigManager(ABC):
     """Subclasses define `file_name`, `kinds`, `apply_entry`, `encode` and `decode`."""
 
     file_name = ""
@@ -32,6 +33,9 @@ class ConfigManager:
     def __init__(self, config_dir: str) -> None:
         self.path = os.path.join(config_dir, self.file_name)
         self.applied_index = -1
+        # The index of the entry apply_entry is applying (the pop state uses
+        # it: its lease ids are entry indexes, the same on every replica).
+        self.applying_index = -1
         self._persisted_index = -1
 
     # ------------------------------------------------------------- applying
@@ -40,18 +44,22 @@ class ConfigManager:
         applied_index is already in this state (a replay after restart)."""
         if index <= self.applied_index:
             return
+        self.applying_index = index
         self.apply_entry(kind, payload)
         self.applied_index = index
 
+    @abstractmethod
     def apply_entry(self, kind: int, payload: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Change the state as the entry says (`applying_index` is its index)."""
 
     # ---------------------------------------------------------------- files
+    @abstractmethod
     def encode(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The state as the JSON object of its file."""
 
+    @abstractmethod
     def decode(self, data: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Replace the state with the one a file holds."""
 
     def load(self) -> None:
         """Read the file, or its .bak when the file is missing or unreadable."""

@@ -310,23 +310,17 @@ class PopStateManager(ConfigManager):
         return iter(list(self.queues.items()))
 
     # ------------------------------------------------------------ applying
-    def apply(self, index: int, kind: int, payload: dict[str, Any]) -> None:
-        # The lease ids are entry indexes, so unlike the other managers this
-        # one needs the index of the entry it applies.
-        if index <= self.applied_index:
-            return
+    def apply_entry(self, kind: int, payload: dict[str, Any]) -> None:
+        # The lease ids are entry indexes: the ops need the entry's index.
+        index = self.applying_index
         released: set[tuple[str, str]] = set()
         for data in payload["ops"]:
             op = decode_op(data)
             if self.apply_op(index, op):
                 released.add((op.group, op.topic))
-        self.applied_index = index
         for group, topic in released:
             for listener in self.release_listeners:
                 listener(group, topic)
-
-    def apply_entry(self, kind: int, payload: dict[str, Any]) -> None:  # pragma: no cover - apply() is overridden
-        raise NotImplementedError
 
     def apply_op(self, index: int, op: Op) -> bool:
         """Apply one op of entry `index`; True when it may have made messages
