@@ -184,7 +184,7 @@ def bench_stream_latency(appends: int = 10) -> None:
 
     base = Path(tempfile.mkdtemp(prefix="bench-stream-"))
     # Small, sparse files: the default 1 GiB segments would be preallocated for a few entries.
-    cluster = ProcessCluster(base, extra_args=["--data-file-size", str(4 << 20), "--index-file-size", str(1 << 20),
+    cluster = ProcessCluster(base, extra_args=["--data-file-size", str(16 << 20), "--index-file-size", str(1 << 20),
                                                "--preallocate", "false"])
     cluster.start()
     servers = ",".join(cluster.addresses.values())
