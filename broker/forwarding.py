@@ -19,6 +19,7 @@ import grpc
 
 from broker.config import BrokerConfig
 from broker.errors import BrokerError
+from dledger.rpc.channel import channel_options
 from dledger.server import DLedgerServer
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
@@ -29,13 +30,7 @@ FORWARDED_HEADER = "x-pydledger-forwarded"
 # Request headers gRPC itself sets; everything else is the client's.
 _TRANSPORT_HEADERS = ("grpc-", ":", "user-agent", "te", "content-type")
 MAX_MESSAGE_BYTES = 130 << 20  # the 5.x proxy's inbound limit: 4 MiB x 32 + 2 MiB
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 500),
-]
+CHANNEL_OPTIONS = channel_options(MAX_MESSAGE_BYTES, max_reconnect_backoff_ms=500)
 POLL_S = 0.02
 # Builds the stub a call is relayed with: the messaging service's by default;
 # the admin service passes its own (both live on every node's port).

@@ -35,6 +35,7 @@ from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception,
                       stop_after_delay, wait_exponential_jitter)
 
 from dledger.errors import DLedgerError, ResponseCode
+from dledger.rpc.channel import channel_options
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
 
@@ -43,15 +44,7 @@ log = logging.getLogger(__name__)
 # A client batch may carry many entries close to the 4 MiB entry limit.
 MAX_MESSAGE_BYTES = 256 << 20
 
-CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    # gRPC's default reconnect backoff grows to 120 s: a node restarted after
-    # a crash would stay unreachable to us long after it is back.
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
+CHANNEL_OPTIONS = channel_options(MAX_MESSAGE_BYTES, max_reconnect_backoff_ms=1000)
 
 # The leader moved, is moving or is not there yet: asking again (elsewhere)
 # will work, and the request was surely not applied.

@@ -34,6 +34,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from broker.client.config import ClientConfig
 from broker.client.errors import ClientError, UnavailableError, transport_error
+from dledger.rpc.channel import channel_options
 from rpcgen import dledger_pb2, dledger_pb2_grpc
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
@@ -43,15 +44,7 @@ log = logging.getLogger(__name__)
 CLIENT_VERSION = "0.1.0"
 # Many 4 MiB messages may travel in one batch (the 5.x proxy allows 130 MiB).
 MAX_MESSAGE_BYTES = 256 << 20
-CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    # gRPC's default reconnect backoff grows to 120 s: a node restarted after a
-    # crash would stay unreachable to us long after it is back.
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
+CHANNEL_OPTIONS = channel_options(MAX_MESSAGE_BYTES, max_reconnect_backoff_ms=1000)
 _client_index = itertools.count()
 
 R = TypeVar("R")

@@ -7,21 +7,14 @@ import time
 import grpc
 
 from dledger.config import DLedgerConfig
+from dledger.rpc.channel import channel_options
 from dledger.transport import TransportError
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
 
 # Pushes carry up to max_push_batch_bytes; leave headroom over gRPC's 4 MiB default.
 MAX_MESSAGE_BYTES = 64 << 20
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    # Reconnect quickly to a peer that restarts: failover time depends on it.
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 500),
-    ("grpc.enable_retries", 0),
-]
+CHANNEL_OPTIONS = channel_options(MAX_MESSAGE_BYTES, max_reconnect_backoff_ms=500) + [("grpc.enable_retries", 0)]
 
 
 # A peer unreachable for this long gets a new channel. A channel resolves a
