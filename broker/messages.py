@@ -74,11 +74,13 @@ def _born_host(text: str) -> SocketAddress:
     return SocketAddress(host.strip("[]"), 0)
 
 
-def to_stored(message: pb.Message, queue_id: int, topic: str | None = None) -> MessageExt:
+def to_stored(message: pb.Message, queue_id: int, topic: str | None = None,
+              user_properties: dict[str, str] | None = None) -> MessageExt:
     """The stored form of a message a client sent (to `topic` when the broker
-    redirects it, e.g. a half message)."""
+    redirects it, e.g. a half message). `user_properties`: the message's
+    user properties already copied out (this takes them over)."""
     system = message.system_properties
-    properties = dict(message.user_properties)
+    properties = dict(message.user_properties) if user_properties is None else user_properties
     if system.HasField("tag"):
         properties[mc.TAGS] = system.tag
     if system.keys:

@@ -38,6 +38,16 @@ from store.message_store import MessageStore
 from store.topic_config import TopicConfig
 
 
+@dataclass(slots=True)
+class _Checked:
+    """A validated message and what validating it found out, so that storing
+    it does not read the protocol message's properties a second time."""
+    message: pb.Message
+    user_properties: dict[str, str]
+    delay_level: int | None
+    message_type: int
+
+
 @dataclass
 class _Pending:
     """One message of a send request on its way to the store."""
@@ -69,67 +79,64 @@ class SendService:
         if any(m.topic.name != topic for m in messages):
             raise BrokerError(pb.BAD_REQUEST, "every message of one send must go to the same topic")
         validation.validate_send_topic(topic, self.limits)
-        for message in messages:
-            self.validate(message)
+        checked = [self.validate(message) for message in messages]
         config = await self.topics.ensure_for_send(topic)
-        for message in messages:
-            self.topics.check_type(config, self.message_type(message))
-        entries = await self._store(config, messages)
+        for item in checked:
+            self.topics.check_type(config, item.message_type)
+        entries = await self._store(config, checked)
         failed = next((entry.status for entry in entries if entry.status.code != pb.OK), None)
         return spb.SendMessageResponse(status=failed or ok(), entries=entries)
 
-    def validate(self, message: pb.Message) -> None:
+    def validate(self, message: pb.Message) -> _Checked:
         system = message.system_properties
         limits = self.limits
         validation.validate_message_id(system.message_id)
         validation.validate_body(message.body, limits)
-        if system.HasField("tag"):
-            validation.validate_tag(system.tag, limits)
-        validation.validate_keys(list(system.keys))
-        if system.HasField("message_group"):
+        tag = system.tag
+        if tag:
+            validation.validate_tag(tag, limits)
+        keys = list(system.keys)
+        if keys:
+            validation.validate_keys(keys)
+        if system.message_group:
             validation.validate_message_group(system.message_group, limits)
         user = dict(message.user_properties)
-        level = user.pop(validation.DELAY_LEVEL_PROPERTY, None)
-        validation.validate_user_properties(user, system.tag, list(system.keys), limits)
-        if level is not None:
-            validation.validate_delay_level(level, self.timers.levels.max_level)
+        level_text = user.pop(validation.DELAY_LEVEL_PROPERTY, None)
+        validation.validate_user_properties(user, tag, keys, limits)
+        level = None
+        if level_text is not None:
+            level = validation.validate_delay_level(level_text, self.timers.levels.max_level)
+            user[validation.DELAY_LEVEL_PROPERTY] = level_text  # stored as sent; the timer sets the level
         validation.validate_message_type(system, has_delay_level=level is not None)
         if system.HasField("delivery_timestamp"):
             validation.validate_delivery_timestamp(timestamp_ms(system.delivery_timestamp),
                                                    self.timers.clock(), limits)
+        return _Checked(message, user, level, pb.DELAY if level is not None else message_type_of(message))
 
-    def delay_level(self, message: pb.Message) -> int | None:
-        """The 4.x-style delay level the message carries (validated), if any."""
-        text = message.user_properties.get(validation.DELAY_LEVEL_PROPERTY)
-        return None if text is None else validation.validate_delay_level(text, self.timers.levels.max_level)
-
-    def message_type(self, message: pb.Message) -> int:
-        if validation.DELAY_LEVEL_PROPERTY in message.user_properties:
-            return pb.DELAY
-        return message_type_of(message)
-
-    def _stored_form(self, config: TopicConfig, message: pb.Message, now_ms: int) -> MessageExt:
-        stored = to_stored(message, self._queue_for(config, message))
-        level = self.delay_level(message)
-        if level is not None or message.system_properties.HasField("delivery_timestamp"):
-            return self.timers.to_timer_message(stored, level, now_ms)
-        if self.message_type(message) == pb.TRANSACTION:
+    def _stored_form(self, config: TopicConfig, checked: _Checked, now_ms: int) -> MessageExt:
+        message = checked.message
+        stored = to_stored(message, self._queue_for(config, message), user_properties=checked.user_properties)
+        if checked.delay_level is not None or message.system_properties.HasField("delivery_timestamp"):
+            return self.timers.to_timer_message(stored, checked.delay_level, now_ms)
+        if checked.message_type == pb.TRANSACTION:
             return self.transactions.to_half_message(stored, message)
         return stored
 
     # ------------------------------------------------------------------ store
-    async def _store(self, config: TopicConfig, messages: Sequence[pb.Message]) -> list[spb.SendResultEntry]:
+    async def _store(self, config: TopicConfig, checked: Sequence[_Checked]) -> list[spb.SendResultEntry]:
         # A new leader knows every message committed before its term only once
         # it has applied them: look the ids up after that, not before.
         await self.store.ready_for_writes()
+        messages = [item.message for item in checked]
         entries: list[spb.SendResultEntry | None] = [None] * len(messages)
         repeats: list[tuple[int, asyncio.Future[StoredMessage]]] = []
         fresh: list[_Pending] = []
         now = self.timers.clock()
-        for i, message in enumerate(messages):
+        for i, item in enumerate(checked):
+            message = item.message
             message_id = message.system_properties.message_id
             key = (config.topic_name, message_id)
-            stored = self._stored_form(config, message, now)
+            stored = self._stored_form(config, item, now)
             # A timer due by the time of a retry goes straight to its topic: look in both.
             known = self.recent.get(stored.topic, message_id)
             if known is None and stored.topic != config.topic_name:

@@ -102,10 +102,12 @@ class DLedgerCommitLog:
     def min_physical_offset(self) -> int:
         return self.min_position() + DLEDGER_HEADER_SIZE
 
-    def read(self, physical_offset: int) -> bytes | None:
-        """The stored message at `physical_offset`, if committed and retained."""
+    def read(self, physical_offset: int, size: int | None = None) -> bytes | None:
+        """The stored message at `physical_offset`, if committed and retained
+        (`size`: the message's size when known, which saves a read)."""
         try:
-            entry = self.log.get_at_position(physical_offset - DLEDGER_HEADER_SIZE)
+            entry = self.log.get_at_position(physical_offset - DLEDGER_HEADER_SIZE,
+                                             None if size is None else size + DLEDGER_HEADER_SIZE)
         except DLedgerError:
             return None
         if entry.index > self.committed_index:

@@ -117,31 +117,45 @@ class IndexFile:
 
     def put_key(self, key_hash: int, phys_offset: int, store_timestamp: int) -> bool:
         """Add an item at the head of the key's slot chain; False when the file is full."""
+        return self.put_keys([(key_hash, phys_offset, store_timestamp)]) == 1
+
+    def put_keys(self, items: list[tuple[int, int, int]], start: int = 0) -> int:
+        """Add items[start:] (key hash, phys offset, store timestamp), each at
+        the head of its slot chain, until the file is full; returns how many
+        went in. The header is written once, after the items: an item past
+        the header's count is simply not there yet for a reader or a restart."""
         header = self.header
-        if header.index_count >= self.index_num:
-            return False
-        slot_at = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
-        previous = self._slot_value(slot_at)
-        if header.index_count <= 1:
-            # The first item fixes the file's begin; RocketMQ sets it after
-            # computing the first time diff, which skews that item's time.
-            header.begin_phys_offset = phys_offset
-            header.begin_timestamp = store_timestamp
-        time_diff = 0
-        if header.begin_timestamp > 0:
-            time_diff = min(max((store_timestamp - header.begin_timestamp) // 1000, 0), _INT32_MAX)
-        item = header.index_count
-        # The item goes in before the slot points at it.
-        _ITEM.pack_into(self._memory, self._items_start + item * INDEX_ITEM_SIZE,
-                        key_hash, phys_offset, time_diff, previous)
-        _SLOT.pack_into(self._memory, slot_at, item)
-        if previous == INVALID_INDEX:
-            header.hash_slot_count += 1
-        header.index_count += 1
-        header.end_phys_offset = phys_offset
-        header.end_timestamp = store_timestamp
-        self._write_header()
-        return True
+        memory = self._memory
+        slots, items_start = self.hash_slot_num, self._items_start
+        pack_item, pack_slot, unpack_slot = _ITEM.pack_into, _SLOT.pack_into, _SLOT.unpack_from
+        count = header.index_count
+        room = self.index_num - count
+        batch = items[start:start + room] if start or len(items) > room else items
+        for key_hash, phys_offset, store_timestamp in batch:
+            slot_at = INDEX_HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE
+            previous = unpack_slot(memory, slot_at)[0]
+            # Anything outside the written items (a torn write) starts a new chain.
+            if not 0 < previous < count:
+                previous = INVALID_INDEX
+                header.hash_slot_count += 1
+            if count <= 1:
+                # The first item fixes the file's begin; RocketMQ sets it after
+                # computing the first time diff, which skews that item's time.
+                header.begin_phys_offset = phys_offset
+                header.begin_timestamp = store_timestamp
+            time_diff = 0
+            if header.begin_timestamp > 0:
+                time_diff = min(max((store_timestamp - header.begin_timestamp) // 1000, 0), _INT32_MAX)
+            # The item goes in before the slot points at it.
+            pack_item(memory, items_start + count * INDEX_ITEM_SIZE, key_hash, phys_offset, time_diff, previous)
+            pack_slot(memory, slot_at, count)
+            count += 1
+            header.end_phys_offset = phys_offset
+            header.end_timestamp = store_timestamp
+        header.index_count = count
+        if batch:
+            self._write_header()
+        return len(batch)
 
     def _write_header(self) -> None:
         header = self.header

@@ -113,11 +113,20 @@ class IndexService:
         self._put(key, phys_offset, store_timestamp)
 
     def _put(self, key: str, phys_offset: int, store_timestamp: int) -> None:
-        index_file = self._writable_file()
-        if not index_file.put_key(index_key_hash(key), phys_offset, store_timestamp):
-            raise CorruptFileError(f"{index_file.path}: refused an item although it is not full")
-        with self._lock:
-            self._dirty.add(index_file)
+        self._put_items([(index_key_hash(key), phys_offset, store_timestamp)])
+
+    def _put_items(self, items: list[tuple[int, int, int]]) -> None:
+        """Write (key hash, phys offset, store timestamp) items, rolling to a
+        new file whenever the last one fills up."""
+        done = 0
+        while done < len(items):
+            index_file = self._writable_file()
+            put = index_file.put_keys(items, done)
+            if put == 0:
+                raise CorruptFileError(f"{index_file.path}: refused an item although it is not full")
+            done += put
+            with self._lock:
+                self._dirty.add(index_file)
 
     def put_message(self, topic: str, keys: str | None, uniq_key: str | None, phys_offset: int,
                     store_timestamp: int, sys_flag: int = 0) -> int:
@@ -125,20 +134,30 @@ class IndexService:
         unique key, then each of its KEYS; nothing for a rolled-back
         transaction, nor for a message at or below the last one indexed (a
         replay after a crash). Returns how many keys were indexed."""
-        if mc.transaction_type(sys_flag) == mc.TRANSACTION_ROLLBACK_TYPE:
-            return 0
-        if phys_offset <= self.end_phys_offset:
-            return 0
-        index_keys = [uniq_key] if uniq_key else []
-        if keys:
-            index_keys += [key for key in keys.split(mc.KEY_SEPARATOR) if key]
-        if not 0 < phys_offset <= _INT64_MAX or not 0 <= store_timestamp <= _INT64_MAX:
-            raise ValueError(f"commit log offset {phys_offset} and store timestamp {store_timestamp} "
-                             "must be a positive and a non-negative int64")
-        for key in index_keys:
-            if key:
-                self._put(build_key(topic, key), phys_offset, store_timestamp)
-        return len(index_keys)
+        return self.put_messages([(topic, keys, uniq_key, phys_offset, store_timestamp, sys_flag)])
+
+    def put_messages(self, messages: list[tuple[str, str | None, str | None, int, int, int]]) -> int:
+        """`put_message` for (topic, keys, uniq_key, phys_offset, store_timestamp,
+        sys_flag) of consecutive messages, in log order: the apply loop hands
+        over a whole run at once, so the header is written once per file, not
+        once per key. Returns how many keys were indexed."""
+        end = self.end_phys_offset
+        items: list[tuple[int, int, int]] = []
+        for topic, keys, uniq_key, phys_offset, store_timestamp, sys_flag in messages:
+            if phys_offset <= end or mc.transaction_type(sys_flag) == mc.TRANSACTION_ROLLBACK_TYPE:
+                continue
+            if not 0 < phys_offset <= _INT64_MAX or not 0 <= store_timestamp <= _INT64_MAX:
+                raise ValueError(f"commit log offset {phys_offset} and store timestamp {store_timestamp} "
+                                 "must be a positive and a non-negative int64")
+            end = phys_offset
+            if uniq_key:
+                items.append((index_key_hash(build_key(topic, uniq_key)), phys_offset, store_timestamp))
+            if keys:
+                items.extend((index_key_hash(build_key(topic, key)), phys_offset, store_timestamp)
+                             for key in keys.split(mc.KEY_SEPARATOR) if key)
+        if items:
+            self._put_items(items)
+        return len(items)
 
     def _writable_file(self) -> IndexFile:
         if self._files and not self._files[-1].is_write_full():

@@ -392,7 +392,7 @@ class MessageStore:
             if result.messages and used + unit.size > max_bytes:
                 result.next_offset = unit.queue_offset
                 break
-            message = self.read_message(unit.phys_offset)
+            message = self.read_message(unit.phys_offset, unit.size)
             if message is None:
                 continue  # retention removed it between the queue read and now
             result.messages.append(message)
@@ -401,9 +401,10 @@ class MessageStore:
             result.status = GetStatus.NO_MATCHED_MESSAGE
         return result
 
-    def read_message(self, physical_offset: int) -> MessageExt | None:
-        """The committed message at a physical offset (None when not there)."""
-        body = self.commit_log.read(physical_offset)
+    def read_message(self, physical_offset: int, size: int | None = None) -> MessageExt | None:
+        """The committed message at a physical offset (None when not there);
+        `size`, when known (a ConsumeQueue unit's), saves a read."""
+        body = self.commit_log.read(physical_offset, size)
         if body is None:
             return None
         try:
@@ -459,7 +460,7 @@ class MessageStore:
         while low < high:
             middle = (low + high) // 2
             unit = queue.unit_at(middle)
-            message = self.read_message(unit.phys_offset) if unit is not None else None
+            message = self.read_message(unit.phys_offset, unit.size) if unit is not None else None
             if message is not None and message.store_timestamp < timestamp_ms:
                 low = middle + 1
             else:

@@ -82,6 +82,8 @@ class ReputMessageService:
         self.listeners: list[ArrivalListener] = []
         self.failure: StoreFailedError | None = None
         self._units: dict[tuple[str, int], _UnitBatch] = {}
+        # Index work of the current run: (topic, keys, uniq key, offset, store time, sys flag).
+        self._indexing: list[tuple[str, str | None, str | None, int, int, int]] = []
         self._applied_event = asyncio.Event()
         self._ignored_raw = 0
 
@@ -180,8 +182,8 @@ class ReputMessageService:
         if gets_queue_offset(request.sys_flag):
             self._put_unit(index, request)
         if self.index is not None:
-            self.index.put_message(request.topic, request.keys, request.uniq_key, request.physical_offset,
-                                   request.store_timestamp, request.sys_flag)
+            self._indexing.append((request.topic, request.keys, request.uniq_key, request.physical_offset,
+                                   request.store_timestamp, request.sys_flag))
         self.progress.last_store_timestamp = request.store_timestamp
         for listener in self.listeners:
             listener(request, index)
@@ -217,7 +219,16 @@ class ReputMessageService:
 
     def _write_units(self) -> None:
         """Write the collected units: at max_offset they append; below it, a
-        replay after a restart must find exactly them there."""
+        replay after a restart must find exactly them there. The run's index
+        items go in with them."""
+        if self._indexing:
+            indexing, self._indexing = self._indexing, []
+            assert self.index is not None
+            try:
+                self.index.put_messages(indexing)
+            except (StoreError, ValueError) as error:
+                raise StoreFailedError(f"indexing messages at offsets {indexing[0][3]}..{indexing[-1][3]}: "
+                                       f"{error}") from error
         batches, self._units = self._units, {}
         for (topic, queue_id), batch in batches.items():
             try:

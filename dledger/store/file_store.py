@@ -468,18 +468,26 @@ class DLedgerFileStore:
         self._check_range(index)
         return self._read_verified(index)
 
-    def get_at_position(self, pos: int) -> DLedgerEntry:
+    def get_at_position(self, pos: int, size_hint: int | None = None) -> DLedgerEntry:
         """The entry whose header starts at data position `pos` (RocketMQ reads
         a message by its physical offset, pos + 48). CRC-checked; the caller
-        decides whether the entry is committed."""
+        decides whether the entry is committed. With `size_hint`, the entry's
+        whole size as the caller expects it (a ConsumeQueue unit knows it), the
+        entry is read with one pread instead of two; a wrong hint costs a
+        second read, never a wrong answer."""
         segment = self._data.find(pos)
         if pos < 0 or pos >= self._data.write_position or segment is None or \
                 pos + HEADER_SIZE > segment.end:
             raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"no entry at position {pos}")
-        magic, size = BLANK.unpack_from(segment.read(pos - segment.start, MIN_BLANK_LEN))
+        data = None
+        if size_hint is not None and HEADER_SIZE <= size_hint and pos + size_hint <= segment.end:
+            data = segment.read(pos - segment.start, size_hint)
+        magic, size = BLANK.unpack_from(data if data is not None else segment.read(pos - segment.start, MIN_BLANK_LEN))
         if magic not in VALID_MAGICS or size < HEADER_SIZE or pos + size > segment.end:
             raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"position {pos} is not the start of an entry")
-        entry = entry_from_bytes(segment.read(pos - segment.start, size))
+        if data is None or len(data) != size:
+            data = segment.read(pos - segment.start, size)
+        entry = entry_from_bytes(data)
         if entry.pos != pos or not self.ledger_begin_index <= entry.index <= self.ledger_end_index:
             raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"position {pos} is not the start of a live entry")
         return entry

@@ -699,6 +699,18 @@ def test_get_at_position_refuses_positions_that_are_not_entries(tmp_path):
         assert e.value.code is ResponseCode.INDEX_OUT_OF_RANGE
 
 
+def test_get_at_position_with_any_size_hint_finds_the_same_entry(tmp_path):
+    # A ConsumeQueue unit's size saves a read; a stale or wrong one must not change the answer.
+    store = open_store(tmp_path)
+    placed = store.append_as_leader(make_bodies(3), term=1)
+    for index, pos in placed:
+        entry = store.get(index)
+        for hint in (entry.size, entry.size - 1, entry.size + 1, HEADER_SIZE, 10 * DATA_FILE_SIZE, None):
+            assert store.get_at_position(pos, hint) == entry
+    with pytest.raises(DLedgerError):
+        store.get_at_position(placed[0][1] + 1, placed[0][1])
+
+
 def test_a_background_checkpoint_older_than_one_written_since_is_not_put_in_place(tmp_path):
     store = open_store(tmp_path)
     store.append_as_leader(make_bodies(5), term=1)
