@@ -31,7 +31,7 @@ from typing import Any
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from cluster.process_cluster import ProcessCluster, find_leader
+from cluster.process_cluster import DEFAULT_NODE_FILES, ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
@@ -215,7 +215,7 @@ def main() -> None:
         print(json.dumps(asyncio.run(run(args, args.servers.split(",")))))
         return
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="dledger-bench-consume-"))
-    cluster = ProcessCluster(base)
+    cluster = ProcessCluster(base, extra_args=DEFAULT_NODE_FILES)
     cluster.start()
     try:
         pids = {node: proc.pid for node, proc in cluster.procs.items()}

@@ -33,7 +33,7 @@ from typing import Any
 
 from cluster.bench import bench_append
 from cluster.broker_bench import bench_send
-from cluster.process_cluster import ProcessCluster, find_leader
+from cluster.process_cluster import DEFAULT_NODE_FILES, ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ async def main_async(args: argparse.Namespace) -> None:
         await run(args.servers, args)
         return
     with tempfile.TemporaryDirectory(prefix="bench-send-") as base:
-        cluster = ProcessCluster(Path(base))
+        cluster = ProcessCluster(Path(base), extra_args=DEFAULT_NODE_FILES)
         cluster.start()
         try:
             async with DLedgerClient(list(cluster.addresses.values())) as client:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from dledger.client import DLedgerClient
+from dledger.config import DLedgerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,6 +37,11 @@ def free_ports(count: int) -> list[int]:
 
 SMALL_NODE_FILES = ["--data-file-size", str(64 << 20), "--index-file-size", str(32 << 16),
                     "--preallocate", "false"]
+# What `dledger cluster up` and `make run` use (DLedgerConfig's defaults):
+# benchmarks that report what a user gets pass these.
+DEFAULT_NODE_FILES = ["--data-file-size", str(DLedgerConfig.data_file_size),
+                      "--index-file-size", str(DLedgerConfig.index_file_size),
+                      "--preallocate", "true" if DLedgerConfig.preallocate else "false"]
 
 
 class ProcessCluster:
