@@ -13,13 +13,14 @@ retry, dead-letter and delivered-delay copies, which live in other topics.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from store.codec import DispatchRequest
 
 
-@dataclass(frozen=True)
-class StoredMessage:
+class StoredMessage(NamedTuple):
+    # Made for every message applied, on every replica: a named tuple is
+    # built several times faster than a frozen dataclass.
     queue_id: int
     queue_offset: int
     physical_offset: int

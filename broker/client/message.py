@@ -94,9 +94,21 @@ class ReceivedMessage:
 def to_protocol(message: Message, message_id: str, namespace: str = "",
                 message_type: pb.MessageType | None = None, now: float | None = None) -> pb.Message:
     now = time.time() if now is None else now
-    system = pb.SystemProperties(message_id=message_id, body_encoding=pb.IDENTITY,
-                                 message_type=message_type or message.message_type,
-                                 born_timestamp=_timestamp(now), born_host=BORN_HOST)
+    # Built in place: submessages passed to a constructor are copied (this
+    # runs for every message sent).
+    wire = pb.Message(body=message.body)
+    if message.properties:
+        wire.user_properties.update(message.properties)
+    topic = wire.topic
+    topic.name = message.topic
+    if namespace:
+        topic.resource_namespace = namespace
+    system = wire.system_properties
+    system.message_id = message_id
+    system.body_encoding = pb.IDENTITY
+    system.message_type = message_type or message.message_type
+    _set_timestamp(system.born_timestamp, now)
+    system.born_host = BORN_HOST
     if message.tag is not None:
         system.tag = message.tag
     if message.keys:
@@ -105,9 +117,8 @@ def to_protocol(message: Message, message_id: str, namespace: str = "",
         system.message_group = message.message_group
     delivery = delivery_epoch(message, now)
     if delivery is not None:
-        system.delivery_timestamp.CopyFrom(_timestamp(delivery))
-    return pb.Message(topic=pb.Resource(name=message.topic, resource_namespace=namespace),
-                      user_properties=dict(message.properties), system_properties=system, body=message.body)
+        _set_timestamp(system.delivery_timestamp, delivery)
+    return wire
 
 
 def delivery_epoch(message: Message, now: float) -> float | None:
@@ -133,9 +144,10 @@ def duration(seconds: float | timedelta) -> Duration:
     return value
 
 
-def _timestamp(epoch: float) -> Timestamp:
+def _set_timestamp(field: Timestamp, epoch: float) -> None:
     seconds = int(epoch)
-    return Timestamp(seconds=seconds, nanos=int((epoch - seconds) * 1e9))
+    field.seconds = seconds
+    field.nanos = int((epoch - seconds) * 1e9)
 
 
 # -------------------------------------------------------------- from the wire

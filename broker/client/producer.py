@@ -110,7 +110,8 @@ class Producer(BaseClient):
             return []
         if len({m.topic for m in messages}) != 1:
             raise BadRequestError(pb.BAD_REQUEST, "a batch goes to one topic; split it by topic")
-        sends = [self._pending(m) for m in messages]
+        loop = asyncio.get_running_loop()  # once: each lookup costs a getpid()
+        sends = [self._pending(m, loop=loop) for m in messages]
         self.accumulator.add(sends)
         results = await asyncio.gather(*(s.future for s in sends), return_exceptions=True)
         for result in results:
@@ -127,11 +128,12 @@ class Producer(BaseClient):
         return Transaction(self)
 
     # ------------------------------------------------------------ plumbing
-    def _pending(self, message: Message, message_type: pb.MessageType | None = None) -> PendingSend:
+    def _pending(self, message: Message, message_type: pb.MessageType | None = None,
+                 loop: asyncio.AbstractEventLoop | None = None) -> PendingSend:
         self.require_started()
         self.check(message)
         wire = to_protocol(message, _ids.next_id(), self.config.namespace, message_type)
-        future: asyncio.Future[SendReceipt] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[SendReceipt] = (loop or asyncio.get_running_loop()).create_future()
         return PendingSend(message.topic, wire, len(message.body), message.message_group, future)
 
     def check(self, message: Message) -> None:
