@@ -165,6 +165,29 @@ def test_a_full_file_rolls_to_a_new_one_that_continues_it(tmp_path: Path):
     assert query(service, "k", begin_ms=T0 + 6000, end_ms=T0 + 7000) == [800, 700]
 
 
+def test_a_batch_of_messages_spills_over_full_files_and_reads_back_like_single_puts(tmp_path: Path):
+    # The apply loop hands a whole run of messages to put_messages: items past
+    # a full file go on in the next one, the header is written once per file,
+    # and replays and rolled-back transactions are skipped as by put_message.
+    batch = [("TopicTest", f"order-{n} shared", f"01ID{n}", 100 * (n + 1), T0 + n * 1000, 0) for n in range(6)]
+    batch.insert(3, ("TopicTest", "rolled-back", None, 350, T0, mc.TRANSACTION_ROLLBACK_TYPE))
+    batched = open_service(tmp_path / "batched")
+    assert batched.put_messages(batch) == 18
+    assert batched.put_messages(batch[:4]) == 0  # a replay
+    single = open_service(tmp_path / "single")
+    assert sum(single.put_message(*message) for message in batch) == 18
+    for service in (batched, single):
+        assert [f.header.index_count - 1 for f in service.files] == [5, 5, 5, 3]
+        assert query(service, "shared") == [100 * n for n in range(6, 0, -1)]
+        assert query(service, "order-4") == query(service, "01ID4") == [500]
+        assert query(service, "rolled-back") == []
+    for one, other in zip(batched.files, single.files):
+        assert one.header == other.header
+    reopened = IndexService.open(str(tmp_path / "batched"), hash_slot_num=SLOTS, index_num=ITEMS)
+    assert [f.header for f in reopened.files] == [f.header for f in batched.files]
+    assert query(reopened, "shared") == [100 * n for n in range(6, 0, -1)]
+
+
 def test_restart_reloads_every_file(tmp_path: Path):
     service = open_service(tmp_path)
     fill(service, 8)
