@@ -19,9 +19,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import os
 import shutil
-import statistics
 import tempfile
 import time
 import uuid
@@ -31,6 +29,7 @@ from typing import Any
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
+from bench.proc_cpu import cpu_seconds_of
 from cluster.process_cluster import DEFAULT_NODE_FILES, ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -147,19 +146,6 @@ def percentile(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
 
 
-def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
-    """user + system CPU seconds of each process so far (Linux /proc)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    used = {}
-    for name, pid in pids.items():
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            used[name] = (int(fields[11]) + int(fields[12])) / ticks
-        except (OSError, IndexError, ValueError):
-            continue
-    return used
-
-
 async def run(args: argparse.Namespace, addresses: list[str], pids: dict[str, int] | None = None) -> dict[str, Any]:
     leader, leader_address = await leader_of(addresses)
     # Clients talk to the leader (a follower would forward every call: that
@@ -171,7 +157,7 @@ async def run(args: argparse.Namespace, addresses: list[str], pids: dict[str, in
     results = context.Queue()
     loops = max(1, args.consumers // args.processes)
     start_at = time.time() + 1.5   # let every process import and connect first
-    cpu_before = cpu_seconds(pids or {})
+    cpu_before = cpu_seconds_of(pids or {})
     processes = [context.Process(target=_worker, args=(addresses, topic, group, loops, args.batch, w, start_at,
                                                        results)) for w in range(args.processes)]
     for process in processes:
@@ -179,7 +165,7 @@ async def run(args: argparse.Namespace, addresses: list[str], pids: dict[str, in
     parts = [results.get(timeout=600) for _ in processes]
     for process in processes:
         process.join()
-    cpu_after = cpu_seconds(pids or {})
+    cpu_after = cpu_seconds_of(pids or {})
     seconds = max(p["last_ack"] for p in parts) - start_at
     received = sum(p["received"] for p in parts)
     acked = sum(p["acked"] for p in parts)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import AsyncIterator
 
 import grpc
 
+from bench.proc_cpu import cpu_seconds
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
@@ -70,12 +70,6 @@ async def serve(port: int, batch: int) -> None:
     await server.start()
     print("ready", flush=True)
     await server.wait_for_termination()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (Linux /proc)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def drive(port: int, mode: str, calls: int, batch: int, concurrency: int) -> float:

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.proc_cpu import stat_fields
 from dledger.config import DLedgerConfig, PeerAddress
 from dledger.store.file_store import DLedgerFileStore
 from store.codec import MessageExt, encode, patch_offsets
@@ -137,7 +138,7 @@ def process_tree_cpu_seconds(root_pid: int) -> float:
         if not entry.isdigit():
             continue
         try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = stat_fields(int(entry))
         except OSError:
             continue
         parents[int(entry)] = int(fields[1])

@@ -16,8 +16,11 @@ mode and messages/s with p50/p99 latency per call:
     official K concurrent send_async() of the official client (one message per call),
              in a subprocess: it cannot share a process with our generated protos
 
-and last a summary line: the broker's best send figure as a share of the log's
-("broker_cost" = 1 - send/log; the issue asks for at most 0.25).
+Each line also says where the CPU went, in microseconds per message:
+"cpu_us_per_message" has each node (when the benchmark started the cluster)
+and the client (the official one measured in its own process, its start-up
+left out). Last, a summary line: the broker's best send figure as a share of
+the log's ("broker_cost" = 1 - send/log; the issue asks for at most 0.25).
 """
 from __future__ import annotations
 
@@ -28,9 +31,11 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
+from bench.proc_cpu import cpu_seconds_of
 from cluster.bench import bench_append
 from cluster.broker_bench import bench_send
 from cluster.process_cluster import DEFAULT_NODE_FILES, ProcessCluster, find_leader
@@ -52,7 +57,7 @@ OFFICIAL = textwrap.dedent("""
     try:
         producer.send(message())
         latencies, errors, sent = [], 0, 0
-        start = time.perf_counter(); stop_at = start + duration
+        start = time.perf_counter(); stop_at = start + duration; cpu = time.process_time()
         running = {}
         while True:
             now = time.perf_counter()
@@ -72,7 +77,7 @@ OFFICIAL = textwrap.dedent("""
         latencies.sort()
         pick = lambda f: latencies[max(1, int(-(-f * len(latencies) // 1))) - 1] if latencies else 0.0
         print(json.dumps({"messages": sent, "duration_s": elapsed, "p50_ms": pick(0.5) * 1000,
-                          "p99_ms": pick(0.99) * 1000, "errors": errors}))
+                          "p99_ms": pick(0.99) * 1000, "errors": errors, "cpu_s": time.process_time() - cpu}))
     finally:
         producer.shutdown()
 """)
@@ -89,25 +94,58 @@ def official_send(servers: str, topic: str, size: int, inflight: int, duration: 
             "duration_s": round(elapsed, 3), "messages": result["messages"],
             "messages_per_s": round(result["messages"] / elapsed, 1),
             "mb_per_s": round(result["messages"] * size / elapsed / 1e6, 3),
-            "p50_ms": round(result["p50_ms"], 3), "p99_ms": round(result["p99_ms"], 3), "errors": result["errors"]}
+            "p50_ms": round(result["p50_ms"], 3), "p99_ms": round(result["p99_ms"], 3), "errors": result["errors"],
+            "client_cpu_s": result["cpu_s"]}
 
 
-async def run(servers: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+class CpuMeter:
+    """CPU seconds the nodes (when this benchmark started them) and the
+    client spent during one run, as microseconds per message: the machine is
+    shared, so a figure without where the CPU went says little."""
+
+    def __init__(self, node_pids: dict[str, int]) -> None:
+        self.node_pids = node_pids
+        self.nodes: dict[str, float] = {}
+        self.client = 0.0
+
+    def start(self) -> None:
+        self.nodes, self.client = cpu_seconds_of(self.node_pids), time.process_time()
+
+    def per_message(self, messages: int, client_cpu_s: float | None = None) -> dict[str, float]:
+        """us per message of each node and of the client (this process,
+        unless the client ran elsewhere and said what it used)."""
+        now = cpu_seconds_of(self.node_pids)
+        client = time.process_time() - self.client if client_cpu_s is None else client_cpu_s
+        used = {node: now[node] - self.nodes[node] for node in now if node in self.nodes}
+        used["client"] = client
+        return {name: round(seconds * 1e6 / max(messages, 1), 1) for name, seconds in used.items()}
+
+
+async def run(servers: str, args: argparse.Namespace, node_pids: dict[str, int] | None = None
+              ) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = []
+    meter = CpuMeter(node_pids or {})
 
-    def emit(line: dict[str, Any]) -> None:
+    def emit(line: dict[str, Any], messages: int | None = None, client_cpu_s: float | None = None) -> None:
+        if messages is not None:
+            line["cpu_us_per_message"] = meter.per_message(messages, client_cpu_s)
         lines.append(line)
         print(json.dumps(line), flush=True)
 
-    log = await bench_append(servers, args.size, max(1, args.inflight // 4), args.duration, args.batch)
-    emit({"client": "dledger", "mode": "log", **log.to_json(), "messages_per_s": log.to_json()["acks_per_s"]})
+    meter.start()
+    log = (await bench_append(servers, args.size, max(1, args.inflight // 4), args.duration, args.batch)).to_json()
+    emit({"client": "dledger", "mode": "log", **log, "messages_per_s": log["acks_per_s"]},
+         round(log["acks_per_s"] * log["duration_s"]))
     runs = [("single", args.inflight, 1, True), ("unshared", args.inflight, 1, False),
             ("batched", max(1, args.inflight // 4), args.batch, True)]
     for mode, inflight, batch, coalesce in runs:
+        meter.start()
         result = await bench_send(servers, "BenchSend", args.size, inflight, batch, args.duration, coalesce=coalesce)
-        emit({"client": "pydledger", **result.to_json(), "mode": mode})
+        emit({"client": "pydledger", **result.to_json(), "mode": mode}, result.messages)
     if not args.skip_official:
-        emit(official_send(servers, "BenchSend", args.size, args.inflight, args.duration))
+        meter.start()
+        official = official_send(servers, "BenchSend", args.size, args.inflight, args.duration)
+        emit(official, official["messages"], official.pop("client_cpu_s"))
     best = max(line["messages_per_s"] for line in lines if line["client"] == "pydledger")
     log_rate = lines[0]["messages_per_s"]
     emit({"summary": True, "log_messages_per_s": log_rate, "best_send_messages_per_s": best,
@@ -125,7 +163,8 @@ async def main_async(args: argparse.Namespace) -> None:
         try:
             async with DLedgerClient(list(cluster.addresses.values())) as client:
                 await find_leader(client, list(cluster.addresses.values()))
-            await run(",".join(cluster.addresses.values()), args)
+            await run(",".join(cluster.addresses.values()), args,
+                      {node: proc.pid for node, proc in cluster.procs.items()})
         finally:
             cluster.stop_all()
 
