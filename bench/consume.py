@@ -77,6 +77,7 @@ async def consume(addresses: list[str], topic: str, group: str, loops: int, batc
     ack_ms: list[float] = []
     seen: set[str] = set()
     counts = {"received": 0, "acked": 0, "redelivered": 0, "errors": 0, "last_ack": 0.0}
+    cpu_at_start = time.process_time()
 
     async def loop(index: int) -> None:
         stub = stubs[0]
@@ -116,7 +117,8 @@ async def consume(addresses: list[str], topic: str, group: str, loops: int, batc
     await asyncio.gather(*(loop(i) for i in range(loops)))
     for channel in channels:
         await channel.close()
-    return {**counts, "receive_ms": receive_ms, "ack_ms": ack_ms, "ids": sorted(seen)}
+    return {**counts, "receive_ms": receive_ms, "ack_ms": ack_ms, "ids": sorted(seen),
+            "cpu_s": time.process_time() - cpu_at_start}
 
 
 def _worker(addresses: list[str], topic: str, group: str, loops: int, batch: int, worker: int,
@@ -181,9 +183,14 @@ async def run(args: argparse.Namespace, addresses: list[str], pids: dict[str, in
             "ack_p99_ms": percentile([x for p in parts for x in p["ack_ms"]], 0.99),
             "redelivered": sum(p["redelivered"] for p in parts) + len(ids) - len(set(ids)),
             "errors": sum(p["errors"] for p in parts),
-            # CPU each node spent during the consume phase (own cluster only):
-            # where the time goes on a machine the benchmark shares.
-            "node_cpu_s": {n: round(cpu_after[n] - cpu_before[n], 2) for n in cpu_after if n in cpu_before}}
+            # CPU each node (own cluster only) and the consumer processes
+            # spent during the consume phase: where the time goes on a
+            # machine the benchmark shares.
+            "node_cpu_s": {n: round(cpu_after[n] - cpu_before[n], 2) for n in cpu_after if n in cpu_before},
+            "cpu_us_per_message": {
+                **{n: round((cpu_after[n] - cpu_before[n]) * 1e6 / max(acked, 1), 1)
+                   for n in cpu_after if n in cpu_before},
+                "consumers": round(sum(p["cpu_s"] for p in parts) * 1e6 / max(acked, 1), 1)}}
 
 
 def main() -> None:
