@@ -10,7 +10,6 @@ closes.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -200,7 +199,6 @@ async def run_node(config: DLedgerConfig, exit_with_parent: int | None = None,
     watcher = asyncio.create_task(_watch_parent(exit_with_parent, stop)) if exit_with_parent else None
     try:
         await node.start()
-        _settle_garbage_collector()
         await stop.wait()
         if crashed:
             log.critical("stopping: task %s died", ", ".join(crashed))
@@ -216,22 +214,6 @@ async def run_node(config: DLedgerConfig, exit_with_parent: int | None = None,
         if watcher is not None:
             watcher.cancel()
         await node.stop()
-
-
-def _settle_garbage_collector() -> None:
-    """Keep the cyclic collector off the objects that live as long as the node.
-
-    Everything allocated by start-up (modules, gRPC, protobuf descriptors,
-    the loaded store) moves to the permanent generation, which collections
-    never traverse; and the youngest generation is collected every 10,000
-    allocations instead of 700. The hot paths allocate a few dozen objects
-    per message, almost none of them in cycles: under `bench send` the
-    collector was 8.6% of the leader's event loop (py-spy --native); with
-    this, 10.0-10.3k messages/s instead of 8.7-9.3k.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(10_000, 10, 10)
 
 
 def _on_signal(signum: int, stop: asyncio.Event) -> None:
