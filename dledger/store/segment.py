@@ -1,13 +1,8 @@
-"""One fixed-size segment file (DLedger's DefaultMmapFile).
+"""One fixed-size segment file (DLedger's DefaultMmapFile, without the mmap).
 
 The file is created at its full size, named by the 20-digit absolute offset of
-its first byte, and kept open for the segment's life. Writes use pwrite (a
-full disk is then an error, not a SIGBUS); reads copy out of a read-only
-shared mapping of the same page cache. A read is on the event loop for every
-message consumed; as a pread, which releases the GIL and has to take it back
-from the gRPC and flush threads, it was 12% of py-spy's samples in
-ReceiveMessage under `bench consume`, as a copy out of the map 5%. Unwritten
-space reads as zeros, which is how a scan finds the end.
+its first byte, and accessed with pread/pwrite on one fd kept open for the
+segment's life. Unwritten space reads as zeros, which is how a scan finds the end.
 """
 from __future__ import annotations
 
@@ -40,7 +35,6 @@ class Segment:
         self.start = start
         self.size = size
         self._fd = fd
-        self._view: mmap.mmap | None = None  # mapped on the first read
         # Held around fdatasync (in the flush thread) and close (on the event
         # loop) so a segment deleted by truncate is never synced through a
         # closed, possibly reused, fd number.
@@ -91,20 +85,11 @@ class Segment:
     def read(self, relative: int, length: int) -> bytes:
         if relative < 0 or relative + length > self.size:
             raise ValueError(f"read [{relative}, {relative + length}) outside segment {self.path}")
-        view = self._view
-        if view is None:
-            view = self._map_for_reads()
-        return view[relative:relative + length]
-
-    def _map_for_reads(self) -> mmap.mmap:
-        with self._lock:
-            if self.closed:
-                raise OSError(errno.EBADF, f"segment {self.path} is closed")
-            if self._view is None:
-                # The file was checked (or created) at its full size: every
-                # mapped byte is backed, so no read can fault past the end.
-                self._view = mmap.mmap(self._fd, self.size, prot=mmap.PROT_READ)
-            return self._view
+        data = os.pread(self._fd, length, relative)
+        if len(data) != length:
+            # A file shorter than its recorded size: somebody cut it under us.
+            raise CorruptLogError(f"segment {self.path}: read {len(data)} of {length} bytes at {relative}")
+        return data
 
     def sync(self) -> bool:
         """fdatasync; False when the segment was closed meanwhile (nothing to do)."""
@@ -126,9 +111,6 @@ class Segment:
         with self._lock:
             if not self.closed:
                 self.closed = True
-                if self._view is not None:
-                    self._view.close()
-                    self._view = None
                 os.close(self._fd)
 
     def delete(self) -> None:

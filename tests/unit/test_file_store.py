@@ -17,7 +17,6 @@ from dledger.entry import BLANK, HEADER_SIZE, INDEX_RECORD, MAGIC_BLANK, encode_
 from dledger.errors import CorruptLogError, DLedgerError, ResponseCode
 from dledger.store.file_store import DLedgerFileStore
 from dledger.store.properties import read_properties
-from dledger.store.segment import Segment
 
 DATA_FILE_SIZE = 4096
 INDEX_FILE_SIZE = 32 * 64
@@ -710,21 +709,6 @@ def test_get_at_position_with_any_size_hint_finds_the_same_entry(tmp_path):
             assert store.get_at_position(pos, hint) == entry
     with pytest.raises(DLedgerError):
         store.get_at_position(placed[0][1] + 1, placed[0][1])
-
-
-def test_a_segment_reads_what_pwrite_wrote_and_refuses_reads_once_closed(tmp_path):
-    # Reads copy from a read-only mapping while writes stay pwrites: the two
-    # must see the same bytes, and a closed segment must fail like a closed fd.
-    segment = Segment.create(str(tmp_path), 0, 4096, preallocate=False)
-    assert segment.read(0, 8) == bytes(8)          # mapped before anything is written
-    segment.write(100, b"written after the mapping")
-    assert segment.read(100, 25) == b"written after the mapping"
-    with pytest.raises(ValueError):
-        segment.read(4090, 10)
-    segment.close()
-    with pytest.raises(OSError) as error:
-        segment.read(100, 7)
-    assert error.value.errno == errno.EBADF
 
 
 def test_a_background_checkpoint_older_than_one_written_since_is_not_put_in_place(tmp_path):
