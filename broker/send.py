@@ -127,8 +127,7 @@ class SendService:
         # A new leader knows every message committed before its term only once
         # it has applied them: look the ids up after that, not before.
         await self.store.ready_for_writes()
-        messages = [item.message for item in checked]
-        entries: list[spb.SendResultEntry | None] = [None] * len(messages)
+        entries: list[spb.SendResultEntry | None] = [None] * len(checked)
         repeats: list[tuple[int, asyncio.Future[StoredMessage]]] = []
         fresh: list[_Pending] = []
         now = self.timers.clock()
@@ -152,10 +151,10 @@ class SendService:
             await self._put(fresh, entries)
         for i, waiting in repeats:
             try:
-                entries[i] = self._receipt(messages[i], await asyncio.shield(waiting), config.topic_name)
+                entries[i] = self._receipt(checked[i].message, await asyncio.shield(waiting), config.topic_name)
             except Exception as error:  # noqa: BLE001 - the first attempt's failure is this one's too
                 entries[i] = spb.SendResultEntry(status=status_of(error),
-                                                 message_id=messages[i].system_properties.message_id)
+                                                 message_id=checked[i].message.system_properties.message_id)
         return [entry for entry in entries if entry is not None]
 
     async def _ensure_internal_topics(self, topics: set[str]) -> None:

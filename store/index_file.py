@@ -115,10 +115,6 @@ class IndexFile:
     def is_write_full(self) -> bool:
         return self.header.index_count >= self.index_num
 
-    def put_key(self, key_hash: int, phys_offset: int, store_timestamp: int) -> bool:
-        """Add an item at the head of the key's slot chain; False when the file is full."""
-        return self.put_keys([(key_hash, phys_offset, store_timestamp)]) == 1
-
     def put_keys(self, items: list[tuple[int, int, int]], start: int = 0) -> int:
         """Add items[start:] (key hash, phys offset, store timestamp), each at
         the head of its slot chain, until the file is full; returns how many

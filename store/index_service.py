@@ -30,6 +30,11 @@ NAME_LENGTH = 17
 _INT64_MAX = (1 << 63) - 1
 
 
+# What the index needs of one message: (topic, KEYS, UNIQ_KEY, commit log
+# offset, store timestamp, sys flag).
+IndexedMessage = tuple[str, str | None, str | None, int, int, int]
+
+
 def build_key(topic: str, key: str) -> str:
     return f"{topic}#{key}"
 
@@ -110,9 +115,6 @@ class IndexService:
             raise ValueError(f"commit log offset {phys_offset!r} must be a positive int64")
         if not isinstance(store_timestamp, int) or not 0 <= store_timestamp <= _INT64_MAX:
             raise ValueError(f"store timestamp {store_timestamp!r} must be a non-negative int64 (ms)")
-        self._put(key, phys_offset, store_timestamp)
-
-    def _put(self, key: str, phys_offset: int, store_timestamp: int) -> None:
         self._put_items([(index_key_hash(key), phys_offset, store_timestamp)])
 
     def _put_items(self, items: list[tuple[int, int, int]]) -> None:
@@ -136,7 +138,7 @@ class IndexService:
         replay after a crash). Returns how many keys were indexed."""
         return self.put_messages([(topic, keys, uniq_key, phys_offset, store_timestamp, sys_flag)])
 
-    def put_messages(self, messages: list[tuple[str, str | None, str | None, int, int, int]]) -> int:
+    def put_messages(self, messages: list[IndexedMessage]) -> int:
         """`put_message` for (topic, keys, uniq_key, phys_offset, store_timestamp,
         sys_flag) of consecutive messages, in log order: the apply loop hands
         over a whole run at once, so the header is written once per file, not

@@ -31,7 +31,7 @@ from store.commit_log import DLEDGER_HEADER_SIZE, gets_queue_offset
 from store.consume_queue import ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
 from store.errors import StoreError, StoreFailedError
-from store.index_service import IndexService
+from store.index_service import IndexedMessage, IndexService
 from store.system_entry import SYSTEM_MAGIC_CODE, decode_system_entry
 
 log = logging.getLogger(__name__)
@@ -82,8 +82,7 @@ class ReputMessageService:
         self.listeners: list[ArrivalListener] = []
         self.failure: StoreFailedError | None = None
         self._units: dict[tuple[str, int], _UnitBatch] = {}
-        # Index work of the current run: (topic, keys, uniq key, offset, store time, sys flag).
-        self._indexing: list[tuple[str, str | None, str | None, int, int, int]] = []
+        self._indexing: list[IndexedMessage] = []  # the current run's, written with its units
         self._applied_event = asyncio.Event()
         self._ignored_raw = 0
 
@@ -157,7 +156,7 @@ class ReputMessageService:
                     self._dispatch(index, pos, data[at + HEADER_SIZE:at + size])
                 at += size
         finally:
-            self._write_units()
+            self._write_derived()
 
     def _dispatch(self, index: int, pos: int, body: memoryview) -> None:
         magic = codec.peek_magic(body)
@@ -165,7 +164,7 @@ class ReputMessageService:
             if magic in codec.MESSAGE_MAGIC_CODES:
                 self._dispatch_message(index, pos, body)
             elif magic == SYSTEM_MAGIC_CODE:
-                self._write_units()  # a handler sees the queues as of this entry
+                self._write_derived()  # a handler sees the store as of this entry
                 self._dispatch_system(index, body)
             else:
                 self._note_raw(index)
@@ -217,18 +216,26 @@ class ReputMessageService:
                                    f"{request.queue_offset} would leave a gap after {queue.max_offset - 1}")
         return queue
 
+    def _write_derived(self) -> None:
+        """Write what the messages dispatched so far derived: index items and
+        ConsumeQueue units."""
+        self._write_index()
+        self._write_units()
+
+    def _write_index(self) -> None:
+        if not self._indexing:
+            return
+        indexing, self._indexing = self._indexing, []
+        assert self.index is not None
+        try:
+            self.index.put_messages(indexing)
+        except (StoreError, ValueError) as error:
+            raise StoreFailedError(f"indexing messages at offsets {indexing[0][3]}..{indexing[-1][3]}: "
+                                   f"{error}") from error
+
     def _write_units(self) -> None:
         """Write the collected units: at max_offset they append; below it, a
-        replay after a restart must find exactly them there. The run's index
-        items go in with them."""
-        if self._indexing:
-            indexing, self._indexing = self._indexing, []
-            assert self.index is not None
-            try:
-                self.index.put_messages(indexing)
-            except (StoreError, ValueError) as error:
-                raise StoreFailedError(f"indexing messages at offsets {indexing[0][3]}..{indexing[-1][3]}: "
-                                       f"{error}") from error
+        replay after a restart must find exactly them there."""
         batches, self._units = self._units, {}
         for (topic, queue_id), batch in batches.items():
             try:

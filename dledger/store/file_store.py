@@ -479,13 +479,12 @@ class DLedgerFileStore:
         if pos < 0 or pos >= self._data.write_position or segment is None or \
                 pos + HEADER_SIZE > segment.end:
             raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"no entry at position {pos}")
-        data = None
-        if size_hint is not None and HEADER_SIZE <= size_hint and pos + size_hint <= segment.end:
-            data = segment.read(pos - segment.start, size_hint)
-        magic, size = BLANK.unpack_from(data if data is not None else segment.read(pos - segment.start, MIN_BLANK_LEN))
+        usable_hint = size_hint is not None and HEADER_SIZE <= size_hint and pos + size_hint <= segment.end
+        data = segment.read(pos - segment.start, size_hint if usable_hint else MIN_BLANK_LEN)  # type: ignore[arg-type]
+        magic, size = BLANK.unpack_from(data)
         if magic not in VALID_MAGICS or size < HEADER_SIZE or pos + size > segment.end:
             raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"position {pos} is not the start of an entry")
-        if data is None or len(data) != size:
+        if len(data) != size:
             data = segment.read(pos - segment.start, size)
         entry = entry_from_bytes(data)
         if entry.pos != pos or not self.ledger_begin_index <= entry.index <= self.ledger_end_index:
