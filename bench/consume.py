@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from bench.proc_cpu import cpu_seconds_of
+from bench.proc_cpu import CpuMeter
 from cluster.process_cluster import DEFAULT_NODE_FILES, ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -159,7 +159,8 @@ async def run(args: argparse.Namespace, addresses: list[str], pids: dict[str, in
     results = context.Queue()
     loops = max(1, args.consumers // args.processes)
     start_at = time.time() + 1.5   # let every process import and connect first
-    cpu_before = cpu_seconds_of(pids or {})
+    meter = CpuMeter(pids or {})
+    meter.start()
     processes = [context.Process(target=_worker, args=(addresses, topic, group, loops, args.batch, w, start_at,
                                                        results)) for w in range(args.processes)]
     for process in processes:
@@ -167,7 +168,7 @@ async def run(args: argparse.Namespace, addresses: list[str], pids: dict[str, in
     parts = [results.get(timeout=600) for _ in processes]
     for process in processes:
         process.join()
-    cpu_after = cpu_seconds_of(pids or {})
+    nodes = meter.node_seconds()
     seconds = max(p["last_ack"] for p in parts) - start_at
     received = sum(p["received"] for p in parts)
     acked = sum(p["acked"] for p in parts)
@@ -186,11 +187,8 @@ async def run(args: argparse.Namespace, addresses: list[str], pids: dict[str, in
             # CPU each node (own cluster only) and the consumer processes
             # spent during the consume phase: where the time goes on a
             # machine the benchmark shares.
-            "node_cpu_s": {n: round(cpu_after[n] - cpu_before[n], 2) for n in cpu_after if n in cpu_before},
-            "cpu_us_per_message": {
-                **{n: round((cpu_after[n] - cpu_before[n]) * 1e6 / max(acked, 1), 1)
-                   for n in cpu_after if n in cpu_before},
-                "consumers": round(sum(p["cpu_s"] for p in parts) * 1e6 / max(acked, 1), 1)}}
+            "node_cpu_s": {node: round(seconds, 2) for node, seconds in nodes.items()},
+            "cpu_us_per_message": meter.per_message(acked, sum(p["cpu_s"] for p in parts), "consumers", nodes)}
 
 
 def main() -> None:

@@ -31,11 +31,10 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.proc_cpu import cpu_seconds_of
+from bench.proc_cpu import CpuMeter
 from cluster.bench import bench_append
 from cluster.broker_bench import bench_send
 from cluster.process_cluster import DEFAULT_NODE_FILES, ProcessCluster, find_leader
@@ -96,29 +95,6 @@ def official_send(servers: str, topic: str, size: int, inflight: int, duration: 
             "mb_per_s": round(result["messages"] * size / elapsed / 1e6, 3),
             "p50_ms": round(result["p50_ms"], 3), "p99_ms": round(result["p99_ms"], 3), "errors": result["errors"],
             "client_cpu_s": result["cpu_s"]}
-
-
-class CpuMeter:
-    """CPU seconds the nodes (when this benchmark started them) and the
-    client spent during one run, as microseconds per message: the machine is
-    shared, so a figure without where the CPU went says little."""
-
-    def __init__(self, node_pids: dict[str, int]) -> None:
-        self.node_pids = node_pids
-        self.nodes: dict[str, float] = {}
-        self.client = 0.0
-
-    def start(self) -> None:
-        self.nodes, self.client = cpu_seconds_of(self.node_pids), time.process_time()
-
-    def per_message(self, messages: int, client_cpu_s: float | None = None) -> dict[str, float]:
-        """us per message of each node and of the client (this process,
-        unless the client ran elsewhere and said what it used)."""
-        now = cpu_seconds_of(self.node_pids)
-        client = time.process_time() - self.client if client_cpu_s is None else client_cpu_s
-        used = {node: now[node] - self.nodes[node] for node in now if node in self.nodes}
-        used["client"] = client
-        return {name: round(seconds * 1e6 / max(messages, 1), 1) for name, seconds in used.items()}
 
 
 async def run(servers: str, args: argparse.Namespace, node_pids: dict[str, int] | None = None
