@@ -37,7 +37,7 @@ from store.consume_queue import GetStatus
 from store.consume_queue_store import ConsumeQueueStore
 from store.consumer_offset import ConsumerOffsetManager, OffsetCommit, offsets_payload
 from store.errors import (MessageDecodeError, MessageTooLargeError, PutOutcomeUnknownError, QueueIdError,
-                          StoreFailedError, StoreUnavailableError, TopicNotFoundError)
+                          StoreError, StoreFailedError, StoreUnavailableError, TopicNotFoundError)
 from store.index_service import IndexService
 from store.metadata_snapshot import MetadataSnapshotHandler, snapshot_payload
 from store.message_id import decode_offset_message_id
@@ -314,7 +314,12 @@ class MessageStore:
         now = asyncio.get_running_loop().time()
         stale = now - self.snapshots.applied_at >= self.config.metadata_snapshot_interval_s
         if changed_at > self.snapshots.last_index or stale:
-            await self.write_metadata_snapshot()
+            try:
+                await self.write_metadata_snapshot()
+            except (DLedgerError, StoreError) as error:
+                # Leadership lost, or no quorum, while writing it: the next
+                # leader writes one. Not a reason to stop the node.
+                log.warning("metadata snapshot not written: %s", error)
 
     def _snapshot_floor(self) -> int:
         if self.snapshots.last_index >= 0:

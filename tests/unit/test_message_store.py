@@ -158,6 +158,34 @@ async def test_metadata_written_on_the_leader_is_known_to_a_new_leader(cluster: 
     assert cluster.stores[new].topics.get("Kept2").write_queue_nums == 2
 
 
+async def test_a_leader_that_loses_its_quorum_while_writing_a_metadata_snapshot_keeps_running(tmp_path):
+    # The snapshot task once died of the append's NOT_LEADER / TERM_CHANGED,
+    # and a node whose long-lived task dies stops itself: two nodes of a
+    # cluster under leadership churn stopped that way.
+    c = StoreCluster(str(tmp_path), store={"metadata_snapshot_interval_s": 0.2})
+    await c.start()
+    try:
+        await c.create_topic("T", queues=1)
+        leader = await c.wait_leader()
+        store = c.stores[leader]
+        term = c.servers[leader].member_state.term
+        for follower in [n for n in c.servers if n != leader]:
+            await c.stop(follower)
+        # Every second the task finds a snapshot due (the interval is 0.2 s)
+        # and tries to append it without a quorum, until the leader steps down.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        while c.servers[leader].member_state.is_leader and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        assert not c.servers[leader].member_state.is_leader, "the leader kept leading without a quorum"
+        await asyncio.sleep(1.5)   # one more round of the task, now as a follower
+        snapshot_task = next(t for t in store._tasks if t.get_name() == "MetadataSnapshot")
+        assert not snapshot_task.done(), snapshot_task.exception()
+        assert c.servers[leader].member_state.term >= term
+    finally:
+        await c.stop()
+
+
 async def test_bad_puts_are_refused_and_write_nothing(cluster: StoreCluster):
     await cluster.create_topic("T", queues=2)
     store = await cluster.leader_store()
