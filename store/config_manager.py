@@ -12,12 +12,31 @@ import json
 import logging
 import os
 from abc import ABC, abstractmethod
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from dledger.store.properties import fsync_dir, write_temp
 from store.errors import CorruptFileError
 
 log = logging.getLogger(__name__)
+
+
+Capture = Callable[[], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A manager's state as of `applied_index`, captured on the event loop;
+    `render` makes the file's bytes and may run in a worker thread."""
+    capture: Capture
+    applied_index: int
+    indent: int | None
+
+    def render(self) -> bytes:
+        data = self.capture()
+        data["appliedIndex"] = self.applied_index
+        separators = None if self.indent is not None else (",", ":")
+        return json.dumps(data, indent=self.indent, separators=separators, sort_keys=True).encode("utf-8")
 
 
 class ConfigManager(ABC):
@@ -29,6 +48,14 @@ class ConfigManager(ABC):
     # state derived from messages the log keeps anyway (pending timers, half
     # messages: a retention floor holds them), which may be too big for one entry.
     in_metadata_snapshot = True
+    # Whether a change of this state makes a metadata snapshot due at once.
+    # False for state that changes with every message (pop state, consumed
+    # offsets): it rides along in the periodic snapshots, not one a second.
+    snapshot_on_change = True
+    # Files indented for people (RocketMQ's topics.json); None for state that
+    # may hold a million items, which is written compact (json encodes an
+    # indented file in Python, a compact one in C).
+    indent: int | None = 2
 
     def __init__(self, config_dir: str) -> None:
         self.path = os.path.join(config_dir, self.file_name)
@@ -72,35 +99,42 @@ class ConfigManager(ABC):
                 self.decode(data)
                 self.applied_index = self._persisted_index = int(data.get("appliedIndex", -1))
                 return
-            except (OSError, ValueError, KeyError, TypeError) as error:
+            except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
                 log.warning("%s is unreadable (%s); trying the next copy", path, error)
         if os.path.exists(self.path) or os.path.exists(self.path + ".bak"):
             raise CorruptFileError(f"neither {self.path} nor its .bak can be read")
+
+    def capture(self) -> Capture:
+        """The state as of now, for encoding later, maybe in a worker thread.
+        Runs on the event loop, so it must be cheap for a big state (a copy of
+        its dicts); what it returns must not read the live state. This default
+        encodes at once: right for small state."""
+        data = self.encode()
+        return lambda: data
 
     def persist(self, force: bool = False) -> bool:
         """Write the file if anything was applied since the last write. Returns whether it wrote."""
         snapshot = self.snapshot(force)
         if snapshot is None:
             return False
-        self.write(*snapshot)
+        self.write(snapshot)
         return True
 
-    def snapshot(self, force: bool = False) -> tuple[bytes, int] | None:
-        """The file's content and the index it covers, or None when nothing
+    def snapshot(self, force: bool = False) -> Snapshot | None:
+        """The state to write and the index it covers, or None when nothing
         changed. Runs where the state changes (the event loop); `write` may
         then run in a worker thread."""
         if self.applied_index == self._persisted_index and not force:
             return None
-        data = self.encode()
-        data["appliedIndex"] = self.applied_index
-        return json.dumps(data, indent=2, sort_keys=True).encode("utf-8"), self.applied_index
+        return Snapshot(self.capture(), self.applied_index, self.indent)
 
-    def write(self, text: bytes, applied_index: int) -> None:
+    def write(self, snapshot: Snapshot) -> None:
         """Temp file, fsync, the old file becomes .bak, rename, fsync the directory."""
+        text = snapshot.render()
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         tmp = write_temp(self.path, text)
         if os.path.exists(self.path):
             os.replace(self.path, self.path + ".bak")
         os.replace(tmp, self.path)
         fsync_dir(os.path.dirname(self.path))
-        self._persisted_index = applied_index
+        self._persisted_index = snapshot.applied_index

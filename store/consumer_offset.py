@@ -20,6 +20,7 @@ OffsetCommit = tuple[str, str, int, int]  # group, topic, queue id, offset
 class ConsumerOffsetManager(ConfigManager):
     file_name = "consumerOffset.json"
     kinds = frozenset({SystemKind.CONSUMER_OFFSETS})
+    snapshot_on_change = False     # moves while any group consumes
 
     def __init__(self, config_dir: str) -> None:
         super().__init__(config_dir)

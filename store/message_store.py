@@ -39,7 +39,7 @@ from store.consumer_offset import ConsumerOffsetManager, OffsetCommit, offsets_p
 from store.errors import (MessageDecodeError, MessageTooLargeError, PutOutcomeUnknownError, QueueIdError,
                           StoreError, StoreFailedError, StoreUnavailableError, TopicNotFoundError)
 from store.index_service import IndexService
-from store.metadata_snapshot import MetadataSnapshotHandler, snapshot_payload
+from store.metadata_snapshot import MetadataSnapshotHandler, capture_payload
 from store.message_id import decode_offset_message_id
 from store.reput import ArrivalListener, ReputMessageService, SystemEntryHandler
 from store.socket_address import SocketAddress
@@ -232,7 +232,7 @@ class MessageStore:
             snapshots = [(manager, manager.snapshot(force)) for manager in self.managers]
             for manager, snapshot in snapshots:
                 if snapshot is not None:
-                    await _in_thread(manager.write, *snapshot)
+                    await _in_thread(manager.write, snapshot)
             self._configs_cover = max(self._configs_cover, covered)
 
     async def clean_expired(self) -> None:
@@ -308,9 +308,10 @@ class MessageStore:
         metadata at all."""
         if self.server.leader_ready_from() is None:
             return
-        changed_at = max(manager.applied_index for manager in self.managers)
-        if changed_at < 0:
+        if max(manager.applied_index for manager in self.managers) < 0:
             return
+        changed_at = max((manager.applied_index for manager in self.managers if manager.snapshot_on_change),
+                         default=-1)
         now = asyncio.get_running_loop().time()
         stale = now - self.snapshots.applied_at >= self.config.metadata_snapshot_interval_s
         if changed_at > self.snapshots.last_index or stale:
@@ -340,9 +341,16 @@ class MessageStore:
                 remaining = deadline - asyncio.get_running_loop().time()
                 if remaining <= 0 or not await reput.wait_applied(log_store.ledger_end_index, remaining):
                     return False
-            # No await from the check above until the entry is written, so
-            # nothing can land between the state captured and its place.
-            body = encode_system_entry(SystemKind.METADATA_SNAPSHOT, snapshot_payload(self.managers))
+            # The state as of the log's end, captured with no await since the
+            # check above; encoding it (a large pop state takes a while) runs
+            # in a thread, and the snapshot is appended only if nothing
+            # landed meanwhile (an append that was past the gate before it
+            # closed), so it sits right after the state it holds.
+            end = log_store.ledger_end_index
+            payload = capture_payload(self.managers)
+            body = await asyncio.to_thread(lambda: encode_system_entry(SystemKind.METADATA_SNAPSHOT, payload()))
+            if log_store.ledger_end_index != end:
+                return False
             index, _, _ = await self.server.append([body])
         finally:
             self._writes_open.set()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from store.config_manager import ConfigManager
 from store.system_entry import SystemKind
@@ -23,9 +23,11 @@ from store.system_entry import SystemKind
 log = logging.getLogger(__name__)
 
 
-def snapshot_payload(managers: Sequence[ConfigManager]) -> dict[str, Any]:
-    return {"managers": {manager.file_name: manager.encode() for manager in managers
-                         if manager.in_metadata_snapshot}}
+def capture_payload(managers: Sequence[ConfigManager]) -> Callable[[], dict[str, Any]]:
+    """Every manager's state as of now; the payload is built when the
+    returned function is called, which may be in a worker thread."""
+    captures = {manager.file_name: manager.capture() for manager in managers if manager.in_metadata_snapshot}
+    return lambda: {"managers": {name: capture() for name, capture in captures.items()}}
 
 
 class MetadataSnapshotHandler:

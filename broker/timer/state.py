@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import heapq
 import logging
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Iterable
 
 from broker.timer.levels import DelayLevels
 from store import message_const as mc
 from store.codec import DispatchRequest
-from store.config_manager import ConfigManager
+from store.config_manager import Capture, ConfigManager
+from store.packed_columns import pack_ints, pack_json, unpack_ints, unpack_json
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class TimerState(ConfigManager):
     # one entry): the log is kept from the oldest pending timer message
     # instead, so a replica replaying it from its start derives them all.
     in_metadata_snapshot = False
+    indent = None                  # may list a million timers
 
     def __init__(self, config_dir: str, levels: DelayLevels) -> None:
         super().__init__(config_dir)
@@ -175,13 +177,49 @@ class TimerState(ConfigManager):
         return None
 
     # ------------------------------------------------------------------ file
+    def capture(self) -> Capture:
+        # A copy of the dict on the event loop (timers are frozen); packing a
+        # million of them runs in the writer's thread.
+        pending = dict(self.pending)
+        return lambda: {"timers": _pack_timers([pending[offset] for offset in sorted(pending)])}
+
     def encode(self) -> dict[str, Any]:
-        return {"timers": [list(astuple(t)) for t in sorted(self.pending.values(), key=lambda t: t.offset)]}
+        return self.capture()()
 
     def decode(self, data: dict[str, Any]) -> None:
         self.pending = {}
-        # Sorted by offset in the file, which is log order: oldest_index relies on it.
-        for offset, due, message_id, topic, queue_id, index in sorted(data["timers"]):
-            timer = Timer(int(offset), int(due), str(message_id), str(topic), int(queue_id), int(index))
+        # In offset order, which is log order: oldest_index relies on it.
+        for timer in sorted(_unpack_timers(data["timers"]), key=lambda t: t.offset):
             self.pending[timer.offset] = timer
         self._rebuild_heap()
+
+
+def _pack_timers(timers: list[Timer]) -> dict[str, Any]:
+    """Timers in offset order as packed columns (store/packed_columns.py);
+    the topics they go to, few, are named once."""
+    topics = sorted({t.topic for t in timers})
+    topic_number = {topic: n for n, topic in enumerate(topics)}
+    return {"count": len(timers), "topics": topics,
+            "offsets": pack_ints([t.offset for t in timers], delta=True),
+            "due": pack_ints([t.due_ms for t in timers], delta=True),
+            "messageIds": pack_json([t.message_id for t in timers]),
+            "topicOf": pack_ints([topic_number[t.topic] for t in timers]),
+            "queueIds": pack_ints([t.queue_id for t in timers]),
+            "indexes": pack_ints([t.index for t in timers], delta=True)}
+
+
+def _unpack_timers(data: dict[str, Any] | list[list[Any]]) -> list[Timer]:
+    if isinstance(data, list):
+        # Files written before the columns were packed: one row per timer.
+        return [Timer(int(offset), int(due), str(message_id), str(topic), int(queue_id), int(index))
+                for offset, due, message_id, topic, queue_id, index in data]
+    count = int(data["count"])
+    topics = [str(topic) for topic in data["topics"]]
+    message_ids = unpack_json(data["messageIds"])
+    if len(message_ids) != count:
+        raise ValueError(f"timers.json lists {len(message_ids)} message ids for {count} timers")
+    columns = zip(unpack_ints(data["offsets"], count, delta=True), unpack_ints(data["due"], count, delta=True),
+                  message_ids, unpack_ints(data["topicOf"], count), unpack_ints(data["queueIds"], count),
+                  unpack_ints(data["indexes"], count, delta=True))
+    return [Timer(offset, due, str(message_id), topics[topic], queue_id, index)
+            for offset, due, message_id, topic, queue_id, index in columns]

@@ -13,7 +13,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
-from store.metadata_snapshot import snapshot_payload
+from store.metadata_snapshot import capture_payload
 from tests.unit.broker_harness import BrokerCluster, protocol_message
 from tests.unit.store_harness import message
 
@@ -50,7 +50,7 @@ async def test_retention_keeps_pending_timers_and_halves_which_a_new_disk_derive
         await cluster.create_topic("Filler", queues=1)
         await fill(cluster, 12)
         broker = await cluster.leader_broker()
-        assert set(snapshot_payload(broker.store.managers)["managers"]).isdisjoint({"timers.json", "transactions.json"})
+        assert set(capture_payload(broker.store.managers)()["managers"]).isdisjoint({"timers.json", "transactions.json"})
         due = Timestamp()
         due.FromMilliseconds(cluster.clock() + 3_600_000)
         await broker.sender.send([protocol_message("T", b"later", delivery_timestamp=due, message_type=pb.DELAY)])

@@ -186,6 +186,29 @@ async def test_a_leader_that_loses_its_quorum_while_writing_a_metadata_snapshot_
         await c.stop()
 
 
+async def test_consumed_offsets_moving_do_not_make_a_metadata_snapshot_due_but_a_topic_change_does(tmp_path):
+    # While a group consumes, its offsets (and the broker's pop state) change
+    # all the time; a whole-state snapshot entry every second would follow.
+    c = StoreCluster(str(tmp_path), store={"metadata_snapshot_interval_s": 3600.0})
+    await c.start()
+    try:
+        await c.create_topic("T", queues=2)
+        store = await c.leader_store()
+        await store._maybe_snapshot_metadata()
+        last = store.snapshots.last_index
+        assert last >= store.topics.applied_index
+        for offset in range(1, 4):
+            await store.commit_offsets([("G", "T", 0, offset), ("G", "T", 1, offset)])
+            await store._maybe_snapshot_metadata()
+        assert store.offsets.query("G", "T", 1) == 3 and store.offsets.applied_index > last
+        assert store.snapshots.last_index == last
+        await store.update_topic(TopicConfig("T2", read_queue_nums=1, write_queue_nums=1))
+        await store._maybe_snapshot_metadata()
+        assert store.snapshots.last_index > last
+    finally:
+        await c.stop()
+
+
 async def test_bad_puts_are_refused_and_write_nothing(cluster: StoreCluster):
     await cluster.create_topic("T", queues=2)
     store = await cluster.leader_store()

@@ -3,12 +3,14 @@ leases, acks, expiry and redelivery, compare-and-set against stale
 decisions, FIFO message groups, snapshots, receipt handles."""
 from __future__ import annotations
 
+import json
+import os
 import random
 
 import pytest
 
 from broker.consumer.committer import ClaimTable
-from broker.consumer.pop_state import AckOp, ChangeOp, PopOp, PopQueue, PopStateManager, ResetOp, ops_payload
+from broker.consumer.pop_state import AckOp, ChangeOp, Lease, PopOp, PopQueue, PopStateManager, ResetOp, ops_payload
 from broker.consumer.receipt import ReceiptHandle
 from broker.consumer.selection import QueueClaims, Request, select
 from broker.consumer.source import start_offset
@@ -211,6 +213,55 @@ def test_the_snapshot_restores_leases_deadlines_and_blocked_messages(state, tmp_
     assert restored.encode() == state.encode() and restored.applied_index == 11
     assert restored.next_deadline(G, T) == state.next_deadline(G, T)
     assert restored.queue(G, T, 0).blocked == state.queue(G, T, 0).blocked != {}
+
+
+def test_a_capture_holds_the_state_as_of_its_capture(state):
+    # The encoding runs in a worker thread while the apply loop goes on.
+    pop(state, 10, messages(10))
+    expected = state.encode()
+    capture = state.capture()
+    apply(state, 11, AckOp(G, T, 0, [(0, 10), (1, 10)]))
+    pop(state, 12, messages(10))
+    apply(state, 13, ResetOp(G, T, 1, 7))
+    assert capture() == expected != state.encode()
+
+
+def test_a_file_with_one_row_per_lease_still_loads(tmp_path):
+    # popState.json as written before leases were packed in columns.
+    old = {"appliedIndex": 12, "popQueues": [
+        {"group": G, "topic": T, "queue": 0, "popOffset": 4, "blocked": [[5, "b"]],
+         "inFlight": [[0, 10, NOW + 5_000, 1, "a"], [3, 12, NOW + 9_000, 2, None]]}]}
+    (tmp_path / "popState.json").write_text(json.dumps(old))
+    state = PopStateManager(str(tmp_path))
+    state.load()
+    queue = state.queue(G, T, 0)
+    assert queue.in_flight == {0: Lease(10, NOW + 5_000, 1, "a"), 3: Lease(12, NOW + 9_000, 2, None)}
+    assert queue.blocked == {5: "b"} and state.next_deadline(G, T) == NOW + 5_000 and state.applied_index == 12
+
+
+def test_a_large_pop_state_is_small_on_disk_and_comes_back_whole(tmp_path):
+    # 200,000 leases in flight: as one JSON row each the file was about 6.5
+    # MB, more than a log entry may hold, so the metadata snapshot carrying
+    # it could not be written.
+    state = PopStateManager(str(tmp_path))
+    rng = random.Random(3)
+    leases = {}
+    lease, deadline = 1_000, NOW
+    for offset in range(200_000):
+        if offset % 32 == 0:
+            lease, deadline = lease + rng.randint(1, 50), deadline + rng.randint(0, 20)
+        leases[offset] = Lease(lease, deadline, 1 if rng.random() < 0.9 else rng.randint(2, 16), None)
+    queue = PopQueue(200_000)
+    queue.restore(leases)
+    state._set_queue((G, T, 0), queue)
+    state.applied_index = 99
+    state.persist()
+    assert os.path.getsize(state.path) < 512 * 1024
+    restored = PopStateManager(str(tmp_path))
+    restored.load()
+    assert restored.queue(G, T, 0).in_flight == leases
+    assert restored.next_deadline(G, T) == min(lease.deadline_ms for lease in leases.values())
+    assert restored.encode() == state.encode()
 
 
 def test_replicas_applying_the_same_entries_agree(tmp_path):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from broker.timer.levels import DelayLevels
-from broker.timer.state import SCHEDULE_TOPIC, TIMER_TOPIC, TimerKind, TimerState, cancel_payload
+from broker.timer.state import SCHEDULE_TOPIC, TIMER_TOPIC, Timer, TimerKind, TimerState, cancel_payload
 from store import message_const as mc
 from store.codec import DispatchRequest
 
@@ -97,7 +97,27 @@ def test_the_snapshot_brings_back_every_pending_timer_in_due_order(state: TimerS
     restored.load()
     assert restored.applied_index == 4 and restored.oldest_index() == 1
     assert [(t.offset, t.due_ms) for t in restored.due(10_000, limit=10)] == [(20, 1_000), (10, 3_000)]
-    assert json.loads(open(restored.path).read())["timers"][0][:2] == [10, 3_000]
+    assert json.loads(open(restored.path).read())["timers"]["count"] == 2
+
+
+def test_a_file_with_one_row_per_timer_still_loads(tmp_path):
+    # timers.json as written before timers were packed in columns.
+    rows = [[20, 1_000, "id20", "Real", 3, 2], [10, 3_000, "id10", "Other", 0, 1]]
+    (tmp_path / "timers.json").write_text(json.dumps({"appliedIndex": 2, "timers": rows}))
+    restored = TimerState(str(tmp_path), LEVELS)
+    restored.load()
+    assert list(restored.pending) == [10, 20] and restored.oldest_index() == 1
+    assert restored.get(20) == Timer(20, 1_000, "id20", "Real", 3, 2)
+
+
+def test_a_capture_holds_the_timers_as_of_its_capture(state: TimerState):
+    for index in range(1, 1001):
+        state.on_arrival(timed(index * 100, 5_000 + index), index)
+    capture = state.capture()
+    expected = state.encode()
+    state.on_arrival(delivered(100, "id100"), index=1001)
+    state.on_arrival(timed(999_999, 1), 1002)
+    assert capture() == expected != state.encode()
 
 
 def test_a_follower_that_never_asks_keeps_its_index_bounded(state: TimerState):
