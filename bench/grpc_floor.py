@@ -12,7 +12,10 @@ process's CPU time from /proc:
   unary   SendMessage carrying --batch messages per call
 
 One JSON line each: {"mode", "batch", "concurrency", "messages_per_s",
-"server_cpu_us_per_message", "server_cpu_us_per_call"}.
+"server_cpu_us_per_message", "server_cpu_us_per_call",
+"client_cpu_us_per_message", "ceiling_per_s_per_core"}: the client's CPU is
+this process's, and the ceiling is the messages per second one core carries
+for client and server together, when neither does anything else.
 
     python -m bench.grpc_floor [--calls 1500] [--batch 32] [--concurrency 32]
 """
@@ -97,17 +100,24 @@ def measure(mode: str, calls: int, batch: int, concurrency: int, port: int) -> d
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         asyncio.run(drive(port, mode, concurrency, batch, concurrency))  # warm-up round
-        before = cpu_seconds(server.pid)
+        before, client_before = cpu_seconds(server.pid), time.process_time()
         elapsed = asyncio.run(drive(port, mode, calls, batch, concurrency))
         used = cpu_seconds(server.pid) - before
+        client_used = time.process_time() - client_before
     finally:
         server.kill()
         server.wait()
     done = (calls // concurrency) * concurrency
+    messages = done * batch
     return {"mode": mode, "batch": batch, "concurrency": concurrency,
-            "messages_per_s": round(done * batch / elapsed),
-            "server_cpu_us_per_message": round(used / (done * batch) * 1e6, 1),
-            "server_cpu_us_per_call": round(used / done * 1e6, 1)}
+            "messages_per_s": round(messages / elapsed),
+            "server_cpu_us_per_message": round(used / messages * 1e6, 1),
+            "server_cpu_us_per_call": round(used / done * 1e6, 1),
+            "client_cpu_us_per_message": round(client_used / messages * 1e6, 1),
+            # Both ends are Python processes on this machine's cores: the
+            # most messages per second the two could carry with every core
+            # busy and neither doing any work of its own.
+            "ceiling_per_s_per_core": round(1e6 / ((used + client_used) / messages * 1e6))}
 
 
 def main() -> None:
