@@ -21,3 +21,7 @@ def test_grpc_floor_prints_one_line_per_mode() -> None:
         assert line["messages_per_s"] > 0
         # The server did the work: it used CPU, and a call cost at least its messages.
         assert 0 < line["server_cpu_us_per_message"] <= line["server_cpu_us_per_call"]
+        # The client's side is measured too, and the ceiling follows from both.
+        assert line["client_cpu_us_per_message"] > 0
+        both = line["server_cpu_us_per_message"] + line["client_cpu_us_per_message"]
+        assert abs(line["ceiling_per_s_per_core"] - 1e6 / both) <= 0.01 * line["ceiling_per_s_per_core"] + 1
