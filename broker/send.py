@@ -100,7 +100,9 @@ class SendService:
             validation.validate_keys(keys)
         if system.message_group:
             validation.validate_message_group(system.message_group, limits)
-        user = dict(message.user_properties)
+        # Most messages have no user properties; dict() of a protobuf map
+        # walks it through Python's Mapping protocol even when it is empty.
+        user = dict(message.user_properties) if message.user_properties else {}
         level_text = user.pop(validation.DELAY_LEVEL_PROPERTY, None)
         validation.validate_user_properties(user, tag, keys, limits)
         level = None
@@ -190,7 +192,9 @@ class SendService:
     def _receipt(self, message: pb.Message, stored: StoredMessage, topic: str,
                  offset_message_id: str | None = None) -> spb.SendResultEntry:
         message_id = message.system_properties.message_id
-        entry = spb.SendResultEntry(status=ok(), message_id=message_id, offset=max(stored.queue_offset, 0))
+        entry = spb.SendResultEntry(message_id=message_id, offset=max(stored.queue_offset, 0))
+        status = entry.status   # set in place: a Status passed to the constructor is copied
+        status.code, status.message = pb.OK, "OK"
         if stored.topic == topic:
             # Our extension field (the protocol's receipt has no queue); a
             # timer or a half message has no queue of its topic yet.
