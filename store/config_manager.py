@@ -64,6 +64,7 @@ class ConfigManager(ABC):
         # it: its lease ids are entry indexes, the same on every replica).
         self.applying_index = -1
         self._persisted_index = -1
+        self.loaded = False            # whether load() found a file (or its .bak)
 
     # ------------------------------------------------------------- applying
     def apply(self, index: int, kind: int, payload: dict[str, Any]) -> None:
@@ -98,6 +99,7 @@ class ConfigManager(ABC):
                     data = json.load(file)
                 self.decode(data)
                 self.applied_index = self._persisted_index = int(data.get("appliedIndex", -1))
+                self.loaded = True
                 return
             except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
                 log.warning("%s is unreadable (%s); trying the next copy", path, error)

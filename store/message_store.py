@@ -147,10 +147,12 @@ class MessageStore:
                                            committed_end=committed_end + DLEDGER_HEADER_SIZE)
         self.checkpoint = StoreCheckpoint.load(self._checkpoint_path) or StoreCheckpoint()
         log_store = self.server.store
-        resume = max(min(self.checkpoint.applied_index, self.commit_log.committed_index),
-                     log_store.ledger_begin_index - 1)
+        known = min(self.checkpoint.applied_index, self.commit_log.committed_index)
+        resume = max(known, log_store.ledger_begin_index - 1)
         self.reput = ReputMessageService(self.server, queues, self.index, self.commit_log.min_physical_offset,
                                          resume, config.reput_batch_bytes)
+        self.snapshots.start(resume, log_lost_entries=resume > known)
+        self.reput.gap_listeners.append(self.snapshots.on_gap)
         self._configs_cover = resume
         for handler in [*self.managers, self.snapshots, *self._extra_handlers]:
             self.reput.register(handler)

@@ -85,6 +85,9 @@ class ReputMessageService:
         self._indexing: list[IndexedMessage] = []  # the current run's, written with its units
         self._applied_event = asyncio.Event()
         self._ignored_raw = 0
+        # Called with the log's new first index when entries this loop never
+        # applied are gone (a follower reset to its leader's first entry).
+        self.gap_listeners: list[Callable[[int], None]] = []
 
     @property
     def applied_index(self) -> int:
@@ -114,6 +117,9 @@ class ReputMessageService:
         slices; a slice at a time from the caller's point of view."""
         log_store = self.server.store
         start = max(self.applied_index + 1, log_store.ledger_begin_index)
+        if start > self.applied_index + 1:
+            for listener in self.gap_listeners:
+                listener(start)
         applied = 0
         while start <= committed and applied < ENTRIES_PER_SLICE:
             # The raw bytes, walked by header: every entry was CRC-checked when
