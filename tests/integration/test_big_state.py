@@ -1,0 +1,68 @@
+"""A cluster whose derived state is big stays stable: 120,000 pending timers
+(delayed messages due in an hour) cost the leader nothing of its term.
+
+Every node rewrites its timers.json every few seconds while timers arrive.
+Encoded on the event loop, 100,000 timers held it for over a second, longer
+than a follower waits for a heartbeat: leaders were elected again and again
+while delayed messages were sent. Real node processes, so that one node's
+stall is not every node's."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from broker.client import AdminClient, Message, Producer
+from cluster.process_cluster import ProcessCluster
+from dledger.client import DLedgerClient
+from tests.integration.broker_cluster import SPARSE_FILES, leader_of, servers
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+TIMERS = 120_000
+BATCH = 200
+SENDERS = 6
+PERSIST_ROUND_S = 6.0   # the store rewrites changed state files every 5 s
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = ProcessCluster(tmp_path / "big", extra_args=SPARSE_FILES)
+    c.start()
+    yield c
+    c.stop_all()
+
+
+async def terms(cluster: ProcessCluster) -> dict[str, tuple[int, str]]:
+    """Each node's (term, leader) as it reports them."""
+    async with DLedgerClient(list(cluster.addresses.values())) as client:
+        found = {}
+        for node, address in cluster.addresses.items():
+            meta = await client.metadata(address)
+            assert meta is not None, f"{node} does not answer"
+            found[node] = (meta.term, meta.leader_id)
+        return found
+
+
+async def test_a_hundred_thousand_pending_timers_do_not_cost_the_leader_its_term(cluster):
+    async with AdminClient(servers(cluster)) as admin:
+        await admin.create_topic("Later", 8, "delay")
+    leader = await leader_of(cluster)
+    before = await terms(cluster)
+    batches = iter(range(0, TIMERS, BATCH))
+    async with Producer(servers(cluster)) as producer:
+
+        async def sender() -> None:
+            for start in batches:
+                await producer.send_batch([Message("Later", b"%d" % (start + i), delay=3600) for i in range(BATCH)])
+
+        await asyncio.gather(*(sender() for _ in range(SENDERS)))
+    await asyncio.sleep(PERSIST_ROUND_S)   # one more rewrite, of the whole state
+    after = await terms(cluster)
+    assert cluster.exited() == {}
+    assert after == before == {node: (before[leader][0], leader) for node in cluster.addresses}, \
+        f"leadership moved while timers piled up: {before} -> {after}"
+    for node in cluster.addresses:   # and every node's file holds them all
+        saved = json.loads((cluster.base / node / "store" / "config" / "timers.json").read_text())
+        assert saved["timers"]["count"] == TIMERS, node
