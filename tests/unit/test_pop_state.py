@@ -114,6 +114,16 @@ def test_an_expired_lease_is_delivered_again_with_the_attempt_raised_and_a_new_l
     assert state.lease_of(G, T, 0, 0) is not None
 
 
+def test_expired_leases_come_back_longest_expired_first(state):
+    source = messages(20)
+    assert pop(state, 10, source, now=NOW) == [0, 1, 2, 3]               # invisible until NOW + 10 s
+    assert pop(state, 11, source, now=NOW - 5_000) == [4, 5, 6, 7]       # until NOW + 5 s
+    later = NOW + 20_000
+    assert pop(state, 12, source, now=later) == [4, 5, 6, 7]
+    assert pop(state, 13, source, now=later) == [0, 1, 2, 3]
+    assert pop(state, 14, source, now=later) == [8, 9, 10, 11]
+
+
 def test_a_redelivery_decided_before_an_ack_was_applied_does_not_bring_the_message_back(state):
     source = messages(1)
     pop(state, 10, source)
