@@ -24,6 +24,10 @@ class ConsumerConfig:
     leader_check_interval_s: float = 1.0
     # The revive service (dead-lettering, consumer offset commits) runs this often.
     revive_interval_s: float = 0.2
+    # The most messages one revive moves to dead-letter queues; the rest wait
+    # for the next (each is read and copied on the event loop, and a backlog
+    # that ran out of attempts together must not stall it).
+    dead_letters_per_revive: int = 1000
     # Consumed offsets are written to consumerOffset.json (through the log) this
     # often (RocketMQ's clients commit every 5 s; we commit for them).
     offset_commit_interval_s: float = 1.0

@@ -72,22 +72,29 @@ class ReviveService:
         """Dead-letter what is due; returns how many leases it ended."""
         now = self.clock()
         due: dict[tuple[str, str], list[DeadLetter]] = defaultdict(list)
+        room = self.config.dead_letters_per_revive
         for (group, topic, queue_id), queue in self.state:
             expired = queue.expired(now)
             if not expired:
                 continue
+            if room <= 0:
+                break
             attempts = max_attempts(self.store.groups.get(group) or SubscriptionGroupConfig(group))
             claims = self.claims.get((group, topic, queue_id))
             first_retained = self.store.min_offset(topic, queue_id)
             source = StoreQueueSource(self.store, topic, queue_id)
             for offset, lease in expired.items():
+                if room <= 0:
+                    break
                 if claims is not None and offset in claims.offsets:
                     continue
                 if offset < first_retained:
                     due[(group, topic)].append(DeadLetter(queue_id, offset, lease.lease, lease.attempt, None))
+                    room -= 1
                 elif lease.attempt >= attempts:
                     due[(group, topic)].append(DeadLetter(queue_id, offset, lease.lease, lease.attempt,
                                                           source.read(offset)))
+                    room -= 1
         for (group, topic), letters in due.items():
             await self.dead_letters.forward(group, topic, letters, f"no ack after {letters[0].attempt} attempt(s)")
         return sum(len(letters) for letters in due.values())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -21,6 +22,7 @@ from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from store.config import MessageStoreConfig
 from store.message_store import MessageStore
 from store.socket_address import SocketAddress
+from store.subscription_group import SubscriptionGroupConfig
 from tests.unit.raft_harness import Cluster
 from tests.unit.store_harness import StoreCluster, message
 
@@ -167,3 +169,19 @@ async def test_an_unknown_group_is_refused_when_groups_are_not_auto_created(tmp_
     finally:
         await cluster.stop()
 
+
+
+async def test_a_backlog_out_of_attempts_goes_to_the_dead_letter_queue_a_bounded_batch_per_revive(cluster):
+    # Each dead letter is read and copied on the event loop: a backlog that
+    # ran out of attempts together goes over several revives, not in one stall.
+    store = await cluster.leader_store()
+    await store.update_group(SubscriptionGroupConfig(GROUP, retry_max_times=0))   # one delivery, then the DLQ
+    consumer = (await cluster.leader_broker()).consumer
+    consumer._revive_task.cancel()           # revives are called here, one at a time
+    consumer.reviver.config = replace(consumer.reviver.config, dead_letters_per_revive=5)
+    got = await consumer.receiver.receive(params(batch=12, invisible_s=0.05))
+    assert len(got) == 12
+    await asyncio.sleep(0.1)
+    moved = [await consumer.reviver.revive_once() for _ in range(4)]
+    assert moved == [5, 5, 2, 0] and store.max_offset(f"%DLQ%{GROUP}", 0) == 12
+    assert all(q.in_flight == {} for _, q in consumer.state)
