@@ -92,3 +92,14 @@ def test_the_snapshot_brings_back_halves_counts_and_outcomes(state: TransactionS
     assert restored.applied_index == 4
     assert (restored.get(1).check_times, restored.get(1).next_check_ms) == (1, 21_000)
     assert restored.outcome(2).resolution == COMMIT
+
+
+def test_a_capture_holds_the_halves_as_of_its_capture(state: TransactionState):
+    # It is encoded in the writer's thread while checks and commits apply.
+    state.on_arrival(half(1, "a"), index=1)
+    state.on_arrival(half(2, "b"), index=2)
+    capture = state.capture()
+    expected = state.encode()
+    state.apply(3, TransactionKind.CHECK, check_payload([state.get(1)], 20_000, 1_000))
+    state.on_arrival(committed(2, "b"), index=4)
+    assert capture() == expected != state.encode()
