@@ -33,8 +33,7 @@ class Snapshot:
     indent: int | None
 
     def render(self) -> bytes:
-        data = self.capture()
-        data["appliedIndex"] = self.applied_index
+        data = {**self.capture(), "appliedIndex": self.applied_index}
         separators = None if self.indent is not None else (",", ":")
         return json.dumps(data, indent=self.indent, separators=separators, sort_keys=True).encode("utf-8")
 
