@@ -117,7 +117,7 @@ def measure(mode: str, calls: int, batch: int, concurrency: int, port: int) -> d
             # Both ends are Python processes on this machine's cores: the
             # most messages per second the two could carry with every core
             # busy and neither doing any work of its own.
-            "ceiling_per_s_per_core": round(1e6 / ((used + client_used) / messages * 1e6))}
+            "ceiling_per_s_per_core": round(messages / (used + client_used))}
 
 
 def main() -> None:
