@@ -232,7 +232,7 @@ class EntryDispatcher:
             self.state = (DispatchState.TRUNCATE if response.ledger_end_index > index
                           else DispatchState.APPEND)
             if self.state is DispatchState.APPEND:
-                self._start_append()
+                self._start_append(response.flushed_index)
             log.info("follower %s matches at %d (its end %d)", self.peer_id, index, response.ledger_end_index)
         elif code == ResponseCode.INCONSISTENT_STATE:
             if response.ledger_begin_index - 1 > index:
@@ -260,12 +260,16 @@ class EntryDispatcher:
             raise DLedgerError(ResponseCode.of(response.header.code),
                                f"TRUNCATE at {index}: {response.header.message}")
         self.state = DispatchState.APPEND
-        self._start_append()
+        self._start_append(response.flushed_index)
 
-    def _start_append(self) -> None:
+    def _start_append(self, flushed_index: int) -> None:
+        """Send from just past the match. Only what the follower says it has
+        flushed counts toward the quorum: a COMPARE can match entries that sit
+        in its page cache while their fsync is still running (or after the
+        APPEND that carried them lost its answer)."""
         self.write_index = self.match_index + 1
         self.acked_index = self.match_index
-        self.quorum.update_watermark(self.term, self.peer_id, self.match_index)
+        self.quorum.update_watermark(self.term, self.peer_id, min(self.match_index, flushed_index))
         self.on_ack()
 
     # --------------------------------------------------------------- APPEND
@@ -379,9 +383,13 @@ class EntryDispatcher:
         """Seconds until a COMMIT push is due: soon after the commit index moved
         (so follower reads see it), else once per commit_push_interval_s."""
         since = now - self.last_push_at
-        if self.member_state.committed_index != self.last_sent_commit:
+        if self.member_state.committed_index != self.last_sent_commit or self._holds_unflushed():
             return max(0.0, COMMIT_PUSH_MIN_GAP_S - since)
         return max(0.0, self.config.commit_push_interval_s - since)
+
+    def _holds_unflushed(self) -> bool:
+        """The follower holds entries it has not reported flushed."""
+        return self.quorum.watermark(self.term, self.peer_id) < self.acked_index
 
     def _maybe_push_commit(self, now: float) -> None:
         if self._commit_push_due(now) > 0:
@@ -399,6 +407,10 @@ class EntryDispatcher:
             return  # the next push carries the commit index again
         if response is None or generation != self.generation or response.header.code != ResponseCode.SUCCESS:
             return
+        # A follower that matched by COMPARE before its fsync finished (or
+        # whose APPEND answer was lost) reports its flush here.
+        if self.quorum.update_watermark(self.term, self.peer_id, min(response.flushed_index, self.acked_index)):
+            self.on_ack()
         if response.ledger_end_index < self.acked_index:
             # It lost entries it had acknowledged (a new disk, or an
             # unflushed tail in async mode). Without new writes no APPEND

@@ -88,6 +88,7 @@ class EntryHandler:
         elif kind == pb.TRUNCATE:
             response = self._truncate(request)
         elif kind == pb.COMMIT:
+            await self._flush_what_is_written()
             response = self._response(request)
         else:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"unknown push type {kind}")
@@ -174,6 +175,13 @@ class EntryHandler:
         if self.config.flush_mode is FlushMode.SYNC and self.store.flushed_index < last:
             await self.store.flush()
         return self._response(request)
+
+    async def _flush_what_is_written(self) -> None:
+        """An APPEND whose call was cancelled (its deadline passed while the
+        disk was slow) leaves entries unflushed that no later APPEND may
+        cover: the leader's COMMIT pushes get them onto the disk and report it."""
+        if self.config.flush_mode is FlushMode.SYNC and self.store.flushed_index < self.store.ledger_end_index:
+            await self.store.flush()
 
     def _write(self, request: pb.PushEntryRequest) -> None:
         """Write the part of `request` past our verified end; raises on a mismatch."""
