@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from broker.config import BrokerConfig
+from dledger import failpoints
 from dledger.config import DLedgerConfig, FlushMode, PeerAddress, parse_peers
 
 BROKER_TABLE = "broker"
@@ -137,6 +138,8 @@ def settings_from_env(environ: Mapping[str, str]) -> EnvSettings:
             env.config_file = text
         elif variable == ENV_METRICS_HOST:
             env.metrics_host = text
+        elif variable == failpoints.ENV_DIR:
+            continue  # read by dledger.failpoints: test harnesses only
         elif variable == ENV_METRICS_PORT:
             env.metrics_port = env_metrics_port(text)
         else:

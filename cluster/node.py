@@ -189,10 +189,11 @@ async def run_node(config: DLedgerConfig, exit_with_parent: int | None = None,
     node = Node(config, broker_settings=broker_settings)
     crashed: list[str] = []
 
-    def fail_stop(task_name: str, error: BaseException) -> None:
-        # A loop of the node died (logged with its traceback where it died):
-        # stop, and exit non-zero, rather than serve half a node.
-        crashed.append(task_name)
+    def fail_stop(what: str, error: BaseException) -> None:
+        # A loop of the node died (logged with its traceback where it died),
+        # or its disk failed: stop, and exit non-zero, rather than serve half
+        # a node.
+        crashed.append(f"{what}: {error}")
         stop.set()
 
     set_crash_handler(fail_stop)
@@ -201,7 +202,7 @@ async def run_node(config: DLedgerConfig, exit_with_parent: int | None = None,
         await node.start()
         await stop.wait()
         if crashed:
-            log.critical("stopping: task %s died", ", ".join(crashed))
+            log.critical("stopping after a fatal error: %s", "; ".join(crashed))
             return 1
         return 0
     except NodeStartError as error:

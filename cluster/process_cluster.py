@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from dledger import failpoints
 from dledger.client import DLedgerClient
 from dledger.config import DLedgerConfig
 
@@ -78,6 +79,7 @@ class ProcessCluster:
             routing = [] if self.routes is None else ["--advertised-addresses", self.peers]
             log = open(self.log_dir / f"{node_id}.log", "ab")
             env = dict(os.environ, PYTHONPATH=str(ROOT))
+            env[failpoints.ENV_DIR] = str(self.failpoints_dir(node_id))
             self.procs[node_id] = subprocess.Popen(
                 [sys.executable, "-m", "cluster.cli", "node", "--id", node_id, "--peers", self.peers_of(node_id),
                  "--data-dir", str(self.base / node_id), *routing, *self.extra_args,
@@ -85,6 +87,16 @@ class ProcessCluster:
                  "--exit-with-parent", str(os.getpid())],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
             log.close()
+
+    def failpoints_dir(self, node: str) -> Path:
+        """Where a file named after a failpoint makes it fire once in that
+        node's process (see dledger.failpoints)."""
+        path = self.base / "failpoints" / node
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def arm_failpoint(self, node: str, name: str) -> None:
+        (self.failpoints_dir(node) / name).touch()
 
     def kill(self, node: str) -> None:
         proc = self.procs.pop(node)

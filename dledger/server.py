@@ -24,7 +24,7 @@ from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
 from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
 from dledger.store.file_store import AppendHook, DLedgerFileStore
 from dledger.store.properties import write_atomic
-from dledger.tasks import start_task
+from dledger.tasks import fail_stop, start_task
 from dledger.transport import Transport
 from rpcgen import dledger_pb2 as pb
 
@@ -43,6 +43,7 @@ class DLedgerServer:
         self.observer: ServerObserver = observer or NullObserver()
         self.clock = clock or MonotonicClock()
         self.store = DLedgerFileStore(config)
+        self.store.on_fatal = lambda reason: fail_stop("the log store", DLedgerError(ResponseCode.DISK_ERROR, reason))
         self.member_state = MemberState(config, self.clock)
         self._commit_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._tasks: list[asyncio.Task[None]] = []

@@ -42,3 +42,11 @@ def _check_ending(task: asyncio.Task[None]) -> None:
     log.critical("task %s died: %s: %s", task.get_name(), type(error).__name__, error, exc_info=error)
     if _crash_handler is not None:
         _crash_handler(task.get_name(), error)
+
+
+def fail_stop(what: str, error: BaseException) -> None:
+    """Stop the node for a reason found outside a task (a failed fsync in a
+    request handler, already logged there): the same path as a task that
+    died, without a traceback."""
+    if _crash_handler is not None:
+        _crash_handler(what, error)

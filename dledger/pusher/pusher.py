@@ -288,7 +288,12 @@ class DLedgerEntryPusher:
             if self.store.flushed_index >= self.store.ledger_end_index:
                 continue
             term = self._leader_term
-            flushed = await self.store.flush()
+            try:
+                flushed = await self.store.flush()
+            except DLedgerError:
+                if self.store.failure:
+                    return  # a failed fsync: the store is stopping the node
+                raise
             if self.config.flush_mode is FlushMode.SYNC and term == self._leader_term and term != -1:
                 if self.quorum.update_watermark(term, self.config.self_id, flushed):
                     self._checker_wakeup.set()

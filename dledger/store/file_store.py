@@ -48,7 +48,7 @@ from dledger.entry import (
 from dledger.errors import CorruptLogError, DLedgerError, ResponseCode
 from dledger.store.properties import (fsync_dir, properties_text, read_properties, write_properties,
                                       write_temp)
-from dledger.store.segment_list import ZERO_FILL_BYTES, DirtyState, SegmentList, sync_dirty
+from dledger.store.segment_list import ZERO_FILL_BYTES, DirtyState, FsyncError, SegmentList, sync_dirty
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +118,10 @@ class DLedgerFileStore:
         self.config = config
         self.base_dir = os.path.join(config.data_dir, f"dledger-{config.self_id}")
         self.checkpoint_path = os.path.join(self.base_dir, "checkpoint")
-        self._data = SegmentList(os.path.join(self.base_dir, "data"), config.data_file_size, config.preallocate)
+        self._data = SegmentList(os.path.join(self.base_dir, "data"), config.data_file_size, config.preallocate,
+                                 config.self_id)
         self._index = SegmentList(os.path.join(self.base_dir, "index"), config.index_file_size,
-                                  config.preallocate)
+                                  config.preallocate, config.self_id)
         self.ledger_begin_index = 0
         self.ledger_end_index = -1
         self.ledger_end_term = 0
@@ -133,6 +134,14 @@ class DLedgerFileStore:
         self.flushed_position = 0
         self.committed_index = -1
         self.read_only_reason = ""
+        # Set when an fsync failed: the page cache can no longer be trusted
+        # to reach the disk (Linux reports a failed writeback once, then
+        # clears the error), so the store writes, flushes and acknowledges
+        # nothing more and the node must stop (see on_fatal).
+        self.failure = ""
+        # Called once with the reason when the store fails; a node process
+        # sets it to stop itself.
+        self.on_fatal: Callable[[str], None] | None = None
         self.fsync_count = 0  # flush rounds that went to the disk; group commit keeps it low
         self._executor: ThreadPoolExecutor | None = None
         self._flush_lock = asyncio.Lock()
@@ -173,8 +182,11 @@ class DLedgerFileStore:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
-        self._sync_everything()
-        self.write_checkpoint()
+        if not self.failure:
+            # After a failed fsync a second one may report success for pages
+            # that never reached the disk: no checkpoint may claim them.
+            self._sync_everything()
+            self.write_checkpoint()
         self._data.close()
         self._index.close()
 
@@ -345,6 +357,7 @@ class DLedgerFileStore:
     # ================================================================= writing
 
     def _check_writable(self) -> None:
+        self._check_not_failed()
         if self.read_only_reason:
             raise DLedgerError(ResponseCode.DISK_FULL, self.read_only_reason)
 
@@ -666,9 +679,11 @@ class DLedgerFileStore:
         """Group commit. Each caller takes a ticket; a flush round covers every
         ticket taken before it started, so callers arriving during a round wait
         for it and are then served together by the next one."""
+        self._check_not_failed()
         self._flush_requests += 1
         ticket = self._flush_requests
         async with self._flush_lock:
+            self._check_not_failed()
             if self._flush_covered < ticket:
                 self._flush_covered = self._flush_requests
                 try:
@@ -692,6 +707,8 @@ class DLedgerFileStore:
             loop = asyncio.get_running_loop()
             try:
                 await loop.run_in_executor(self._executor, sync_dirty, data_state)
+            except FsyncError as error:
+                raise self._fsync_failed(error) from error
             except BaseException:
                 self._data.restore_dirty(data_state)
                 raise
@@ -706,9 +723,10 @@ class DLedgerFileStore:
         """fdatasync every open segment and both directories, here and now (close,
         truncate, reset). Syncing all, not just the dirty set, also covers
         segments a concurrent flush round took and has not synced yet."""
+        self._check_not_failed()
         for segments in (self._data, self._index):
             segments.take_dirty()  # superseded by syncing every segment below
-            sync_dirty(DirtyState(list(segments.segments), segments.directory))
+            self._sync(DirtyState(list(segments.segments), segments.directory, segments.scope))
         self.flushed_index = self.ledger_end_index
         self.flushed_position = self._data.write_position
 
@@ -722,14 +740,15 @@ class DLedgerFileStore:
         before is now stale and will not replace this one."""
         # The checkpoint's end entry is where recovery starts; its index record
         # must be on disk for that (its data is: it is flushed).
-        sync_dirty(self._index.take_dirty())
+        self._check_not_failed()
+        self._sync(self._index.take_dirty())
         self._write_checkpoint_file()
 
     async def write_checkpoint_in_background(self) -> None:
         """The periodic checkpoint: state captured here, fsyncs and the rename
         in the flush thread, so that a slow disk never stalls the event loop
         (and with it heartbeats)."""
-        if self._executor is None:
+        if self._executor is None or self.failure:
             return
         index_state = self._index.take_dirty()
         checkpoint, generation = self._checkpoint_now(), self._checkpoint_generation
@@ -737,6 +756,8 @@ class DLedgerFileStore:
         try:
             written = await loop.run_in_executor(self._executor, self._persist_checkpoint, index_state,
                                                  checkpoint, generation)
+        except FsyncError as error:
+            raise self._fsync_failed(error) from error
         except BaseException:
             self._index.restore_dirty(index_state)
             raise
@@ -766,6 +787,29 @@ class DLedgerFileStore:
             flushed_position=self.flushed_position,
             before_begin_term=self.before_begin_term,
             before_begin_chain_crc=self.before_begin_chain_crc)
+
+    def _sync(self, state: DirtyState) -> None:
+        try:
+            sync_dirty(state)
+        except FsyncError as error:
+            raise self._fsync_failed(error) from error
+
+    def _check_not_failed(self) -> None:
+        if self.failure:
+            raise DLedgerError(ResponseCode.DISK_ERROR, self.failure)
+
+    def _fsync_failed(self, error: FsyncError) -> DLedgerError:
+        """Fail-stop: pages whose writeback failed may be gone while the next
+        fdatasync of the same file reports success (Linux clears the error
+        once it has reported it), so retrying could acknowledge data the disk
+        never got. Nothing is written, flushed or acknowledged from here on."""
+        if not self.failure:
+            self.failure = (f"fdatasync failed in {self.base_dir}: {error}; the node must stop "
+                            f"(restarted, it recovers from what is really on the disk)")
+            log.critical("%s", self.failure)
+            if self.on_fatal is not None:
+                self.on_fatal(self.failure)
+        return DLedgerError(ResponseCode.DISK_ERROR, self.failure)
 
     def _write_checkpoint_file(self) -> None:
         checkpoint = self._checkpoint_now()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from dledger import failpoints
 from dledger.errors import CorruptLogError
 from dledger.store.properties import fsync_dir
 from dledger.store.segment import Segment, parse_segment_name
@@ -26,11 +27,13 @@ class DirtyState:
     and whether files were created or deleted (the directory needs an fsync)."""
     segments: list[Segment]
     directory: str | None
+    scope: str = ""   # whose files (a node id), for failpoints
 
 
 class SegmentList:
-    def __init__(self, directory: str, segment_size: int, preallocate: bool) -> None:
+    def __init__(self, directory: str, segment_size: int, preallocate: bool, scope: str = "") -> None:
         self.directory = directory
+        self.scope = scope
         self.segment_size = segment_size
         self.preallocate = preallocate
         self.segments: list[Segment] = []
@@ -188,7 +191,7 @@ class SegmentList:
 
     def take_dirty(self) -> DirtyState:
         """Hand the pending work to a flush; writes after this start a new set."""
-        state = DirtyState(list(self._dirty), self.directory if self._directory_dirty else None)
+        state = DirtyState(list(self._dirty), self.directory if self._directory_dirty else None, self.scope)
         self._dirty.clear()
         self._directory_dirty = False
         return state
@@ -207,14 +210,28 @@ class SegmentList:
         self._dirty.clear()
 
 
+class FsyncError(Exception):
+    """An fdatasync (or a directory fsync) failed: unlike a failed write,
+    not something to retry (see DLedgerFileStore._fsync_failed)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(f"{error.strerror or error}")
+        self.error = error
+
+
 def sync_dirty(state: DirtyState) -> int:
     """fdatasync the segments (and the directory); returns how many syscalls ran.
-    Runs in the store's flush thread."""
+    Runs in the store's flush thread. Raises FsyncError."""
     count = 0
-    for segment in state.segments:
-        if segment.sync():
+    try:
+        if state.segments:
+            failpoints.fire(failpoints.FSYNC, state.scope)
+        for segment in state.segments:
+            if segment.sync():
+                count += 1
+        if state.directory is not None:
+            fsync_dir(state.directory)
             count += 1
-    if state.directory is not None:
-        fsync_dir(state.directory)
-        count += 1
+    except OSError as error:
+        raise FsyncError(error) from error
     return count

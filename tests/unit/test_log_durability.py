@@ -86,3 +86,36 @@ async def test_a_follower_entry_that_is_not_on_disk_never_counts_toward_the_quor
             break
         await asyncio.sleep(0.02)
     assert server.member_state.committed_index > committed, cluster.describe()
+
+
+async def test_a_follower_whose_fsync_fails_stops_and_never_acknowledges_again(cluster: Cluster):
+    from dledger import failpoints, tasks
+    leader = await cluster.wait_leader()
+    server = cluster.servers[leader]
+    victim, other = [n for n in cluster.servers if n != leader]
+    await server.append([b"before"])
+    await cluster.wait_converged()
+    stopped: list[str] = []
+    tasks.set_crash_handler(lambda what, error: stopped.append(f"{what}: {error}"))
+    # The victim alone makes the quorum with the leader; its next fdatasync
+    # fails once. On Linux the fdatasync after that would "succeed" for pages
+    # that may never reach the disk: the follower must not try again.
+    cluster.network.isolate(other)
+    failpoints.arm(failpoints.FSYNC, victim, times=1)
+    try:
+        with pytest.raises(DLedgerError) as error:
+            await server.append([b"its fsync fails"])
+        assert error.value.code is ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
+        store = cluster.servers[victim].store
+        assert store.failure and "fdatasync failed" in store.failure
+        assert stopped and "fdatasync failed" in stopped[0]
+        committed = server.member_state.committed_index
+        assert cluster.servers[victim].store.flushed_index <= committed
+        await asyncio.sleep(5 * cluster.configs[leader].commit_push_interval_s)
+        assert server.member_state.committed_index == committed, cluster.describe()
+        with pytest.raises(DLedgerError) as refused:
+            await store.flush()
+        assert refused.value.code is ResponseCode.DISK_ERROR
+    finally:
+        tasks.set_crash_handler(None)
+        failpoints.disarm_all()
