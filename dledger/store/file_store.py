@@ -429,11 +429,18 @@ class DLedgerFileStore:
         if self.flushed_index > last_kept_index:
             self.flushed_index = last_kept_index
             self.flushed_position = cut
-        if self._checkpoint_end_index > last_kept_index:
+        with self._checkpoint_lock:
+            # Checkpoints captured before the cut and still being written in
+            # the flush thread are stale now: they would point past it.
+            self._checkpoint_generation += 1
+            on_disk_past_cut = self._checkpoint_end_index > last_kept_index
+        if on_disk_past_cut:
             # Recovery starts at the checkpoint's end entry; left pointing past
             # the cut it would resume inside the dropped suffix. The zeroed
-            # bytes go to disk first so the dropped entries cannot reappear.
-            self._sync_everything()
+            # bytes go to disk first so the dropped entries cannot reappear;
+            # only what is dirty is synced (a truncate must not fsync every
+            # segment of a large log on the event loop).
+            self._sync(self._data.take_dirty())
             self.write_checkpoint()
 
     def reset(self, begin_index: int, begin_pos: int, before_begin_term: int,
@@ -754,15 +761,13 @@ class DLedgerFileStore:
         checkpoint, generation = self._checkpoint_now(), self._checkpoint_generation
         loop = asyncio.get_running_loop()
         try:
-            written = await loop.run_in_executor(self._executor, self._persist_checkpoint, index_state,
-                                                 checkpoint, generation)
+            await loop.run_in_executor(self._executor, self._persist_checkpoint, index_state, checkpoint,
+                                       generation)
         except FsyncError as error:
             raise self._fsync_failed(error) from error
         except BaseException:
             self._index.restore_dirty(index_state)
             raise
-        if written and generation == self._checkpoint_generation:
-            self._checkpoint_end_index = checkpoint.end_index
 
     def _persist_checkpoint(self, index_state: DirtyState, checkpoint: Checkpoint, generation: int) -> bool:
         """Flush thread: sync the index records, write the file; False when a
@@ -774,6 +779,9 @@ class DLedgerFileStore:
                 os.unlink(tmp)
                 return False
             os.replace(tmp, self.checkpoint_path)
+            # Under the lock: a truncate either sees this end or makes this
+            # checkpoint stale before it is put in place.
+            self._checkpoint_end_index = checkpoint.end_index
         fsync_dir(os.path.dirname(self.checkpoint_path))
         return True
 
@@ -816,7 +824,7 @@ class DLedgerFileStore:
         with self._checkpoint_lock:
             self._checkpoint_generation += 1
             write_properties(self.checkpoint_path, checkpoint.to_properties())
-        self._checkpoint_end_index = checkpoint.end_index
+            self._checkpoint_end_index = checkpoint.end_index
 
     # ================================================================= retention / disk
 

@@ -7,13 +7,17 @@ segment's life. Unwritten space reads as zeros, which is how a scan finds the en
 from __future__ import annotations
 
 import errno
+import logging
 import mmap
 import os
 import threading
 
 from dledger.errors import CorruptLogError
 
+log = logging.getLogger(__name__)
+
 NAME_DIGITS = 20
+TMP_SUFFIX = ".creating"   # a segment being created (see Segment.create_at)
 
 
 def segment_name(start: int) -> str:
@@ -54,22 +58,46 @@ class Segment:
 
     @classmethod
     def create_at(cls, path: str, start: int, size: int, preallocate: bool) -> "Segment":
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        """Atomic: the file is sized and its size synced under a temporary
+        name, then renamed, so a crash in between leaves either no segment or
+        a full-size one, never a short file the next start would refuse. (The
+        directory is synced with the next flush, before any entry in the new
+        segment is acknowledged.)"""
+        tmp = path + TMP_SUFFIX
+        if os.path.exists(tmp):
+            os.unlink(tmp)  # left by a crash during an earlier creation
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             _allocate(fd, size, preallocate)
+            os.fdatasync(fd)
+            if os.path.exists(path):
+                raise FileExistsError(errno.EEXIST, "segment exists", path)
+            os.rename(tmp, path)
         except BaseException:
             os.close(fd)
-            os.unlink(path)
+            if os.path.exists(tmp):
+                os.unlink(tmp)
             raise
         return cls(path, start, size, fd)
 
     @classmethod
-    def open_existing(cls, path: str, start: int, size: int) -> "Segment":
+    def open_existing(cls, path: str, start: int, size: int, last: bool = False) -> "Segment":
+        """Open a segment, which must be full size; a short `last` one (left
+        by a crash inside creation before creation was atomic) is completed
+        with zeros, which recovery reads as the end of the log (the checkpoint
+        check still refuses a log shorter than what was flushed)."""
         fd = os.open(path, os.O_RDWR)
         actual = os.fstat(fd).st_size
         if actual != size:
-            os.close(fd)
-            raise CorruptLogError(f"segment {path} is {actual} bytes, expected exactly {size}")
+            if last and actual < size:
+                log.warning("segment %s is %d bytes, expected %d: completing a segment whose "
+                            "creation was cut short", path, actual, size)
+                os.ftruncate(fd, size)
+                os.fdatasync(fd)
+            else:
+                os.close(fd)
+                raise CorruptLogError(f"segment {path} is {actual} bytes, expected exactly {size}; "
+                                      f"only the last segment may be short")
         return cls(path, start, size, fd)
 
     def write(self, relative: int, data: bytes | bytearray | memoryview) -> None:

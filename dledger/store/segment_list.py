@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from dledger import failpoints
 from dledger.errors import CorruptLogError
 from dledger.store.properties import fsync_dir
-from dledger.store.segment import Segment, parse_segment_name
+from dledger.store.segment import TMP_SUFFIX, Segment, parse_segment_name
 
 # After a cut, this many bytes past the new end are zeroed (or up to the file
 # end) so that a later scan reading forward stops at the cut instead of walking
@@ -51,14 +51,17 @@ class SegmentList:
             start = parse_segment_name(name)
             if start is not None:
                 starts.append((start, name))
+            elif name.endswith(TMP_SUFFIX):
+                os.unlink(os.path.join(self.directory, name))  # a creation a crash cut short
         starts.sort()
-        for start, name in starts:
+        for position, (start, name) in enumerate(starts):
             if self.segments and start != self.segments[-1].end:
                 raise CorruptLogError(
                     f"{self.directory}: segment {name} does not follow {self.segments[-1]} "
                     f"(expected start {self.segments[-1].end}); segments must be contiguous")
             path = os.path.join(self.directory, name)
-            self.segments.append(Segment.open_existing(path, start, self.segment_size))
+            last = position == len(starts) - 1
+            self.segments.append(Segment.open_existing(path, start, self.segment_size, last))
         self.write_position = self.segments[-1].end if self.segments else 0
 
     # ---- lookup ------------------------------------------------------------------

@@ -321,6 +321,28 @@ def test_missing_or_short_segment_refuses_to_open(tmp_path: Path) -> None:
         open_store(tmp_path)
 
 
+def test_a_crash_inside_segment_creation_leaves_a_log_that_opens(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.append_as_leader(make_bodies(40), term=1)
+    asyncio.run(store.flush())
+    store.write_checkpoint()
+    end = store.ledger_end_index
+    store.close()
+    data_dir = Path(store.base_dir, "data")
+    last = sorted(data_dir.iterdir())[-1]
+    next_start = int(last.name) + DATA_FILE_SIZE
+    # Today's creation: a temporary file the crash left behind.
+    Path(data_dir, f"{next_start:020d}.creating").write_bytes(bytes(10))
+    # An older version's creation cut short: the last segment exists, short.
+    Path(data_dir, f"{next_start:020d}").write_bytes(b"")
+    reopened = open_store(tmp_path)
+    assert reopened.ledger_end_index == end
+    assert not [p for p in data_dir.iterdir() if p.name.endswith(".creating")]
+    more = reopened.append_as_leader(make_bodies(10, seed=3), term=1)
+    assert more[-1][0] == end + 10 and reopened.get(end + 10).index == end + 10
+    reopened.close()
+
+
 # ---------------------------------------------------------------------- truncate
 
 
@@ -727,3 +749,41 @@ def test_a_background_checkpoint_older_than_one_written_since_is_not_put_in_plac
     store.close()
     reopened = open_store(tmp_path)
     assert reopened.ledger_end_index == 2
+
+
+def test_a_checkpoint_in_flight_during_a_truncate_never_lands_past_the_cut(tmp_path):
+    # Captured before the truncate (at entry 9), written after it: the last
+    # finished checkpoint (entry 4) lies before the cut, so only the one in
+    # flight would point into the dropped entries.
+    store = open_store(tmp_path / "live")
+    store.append_as_leader(make_bodies(5), term=1)
+    asyncio.run(store.flush())
+    store.write_checkpoint()
+    store.append_as_leader(make_bodies(5, seed=2), term=1)
+    asyncio.run(store.flush())
+    stale = store._checkpoint_now()
+    generation = store._checkpoint_generation
+    state = store._index.take_dirty()
+    store.truncate(6)
+    store._persist_checkpoint(state, stale, generation)
+    crashed = crash_image(store, tmp_path / "crash")
+    store.close()
+    recovered = open_store(crashed)
+    assert recovered.ledger_end_index == 6
+    recovered.close()
+
+
+def test_a_checkpoint_renamed_just_before_a_truncate_is_rewritten_by_it(tmp_path):
+    # The flush thread put the checkpoint (entry 9) in place, but the event
+    # loop has not yet heard so when the truncate runs.
+    store = open_store(tmp_path / "live")
+    store.append_as_leader(make_bodies(10), term=1)
+    asyncio.run(store.flush())
+    captured = store._checkpoint_now()
+    assert store._persist_checkpoint(store._index.take_dirty(), captured, store._checkpoint_generation)
+    store.truncate(6)
+    crashed = crash_image(store, tmp_path / "crash")
+    store.close()
+    recovered = open_store(crashed)
+    assert recovered.ledger_end_index == 6
+    recovered.close()
