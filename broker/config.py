@@ -21,6 +21,10 @@ class BrokerConfig:
     # true by default, "recommended off in production"); off, the send fails
     # with TOPIC_NOT_FOUND.
     auto_create_topic: bool = True
+    # For a log written before entries carried their writer in the DLedger
+    # header's channel: apply untagged entries shaped like store entries
+    # (store/config.py). Every node alike, or none.
+    legacy_untagged_entries: bool = False
     auto_create_group: bool = True
     default_queue_nums: int = 8                # BrokerConfig.defaultTopicQueueNums
     max_body_size: int = 4 << 20

@@ -35,7 +35,7 @@ from rpcgen import dledger_pb2_grpc
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc as messaging_grpc
 from store.config import MessageStoreConfig
 from store.message_store import MessageStore
-from store.errors import StoreError
+from store.errors import StoreError, StoreStartError
 from store.socket_address import SocketAddress
 
 log = logging.getLogger("dledger.node")
@@ -100,12 +100,17 @@ class Node:
         self._bind(config.bind_address)
         await self.server.start()
         self.metrics.bind(self.server.status, asyncio.get_running_loop())
-        self.store = MessageStore(MessageStoreConfig(store_dir=os.path.join(config.data_dir, "store")),
+        broker_settings = broker_config(config, self.broker_settings)
+        self.store = MessageStore(MessageStoreConfig(store_dir=os.path.join(config.data_dir, "store"),
+                                                     legacy_untagged_entries=broker_settings.legacy_untagged_entries),
                                   self.server, store_host(config))
         # The broker registers its state machines with the store before the
         # store replays the log into them.
-        self.broker = Broker(broker_config(config, self.broker_settings), self.store, self.server)
-        await self.store.start()
+        self.broker = Broker(broker_settings, self.store, self.server)
+        try:
+            await self.store.start()
+        except StoreStartError as error:
+            raise NodeStartError(str(error)) from None
         await self.broker.start()
         messaging_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.broker), self.grpc_server)
         add_admin_service(self.broker, self.grpc_server)

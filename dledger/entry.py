@@ -7,7 +7,9 @@ Data entry layout (offsets in bytes):
     8  index      int64
    16  term       int64
    24  pos        int64   absolute data-file offset of this entry
-   32  channel    int32   reserved, 0
+   32  channel    int32   who wrote the entry: 0 a log client (Append RPC),
+                          1 the state machine embedded in the node (the
+                          message store); DLedger reserves it, always 0
    36  chain_crc  uint32  see below
    40  body_crc   uint32  zlib.crc32 of the body
    44  body_size  int32
@@ -44,6 +46,12 @@ VALID_MAGICS = (MAGIC_NORMAL, MAGIC_NOOP, MAGIC_CONFIG_CHANGE, MAGIC_PRODUCER_MA
 # Entries that clients appended, as opposed to the log's own bookkeeping.
 USER_MAGICS = (MAGIC_NORMAL,)
 
+# The header's channel: set by the leader's write path, covered by the chain
+# CRC, and not settable through the Append RPC, so a state machine applies
+# only what it wrote itself and no log client can forge its entries.
+CHANNEL_LOG_API = 0
+CHANNEL_STATE_MACHINE = 1
+
 HEADER = struct.Struct(">iiqqqiIIi")
 HEADER_SIZE = HEADER.size  # 48
 CHAIN_PREFIX_SIZE = 36     # magic .. channel: the bytes the chain CRC covers
@@ -67,6 +75,7 @@ class DLedgerEntry:
     body: bytes
     body_crc: int
     chain_crc: int
+    channel: int = CHANNEL_LOG_API
 
     @property
     def size(self) -> int:
@@ -93,12 +102,12 @@ def chain_crc_of(header_prefix: bytes | memoryview, body_crc: int, previous_chai
 
 
 def encode_entry(index: int, term: int, pos: int, body: bytes, previous_chain_crc: int,
-                 magic: int = MAGIC_NORMAL) -> tuple[bytes, int]:
+                 magic: int = MAGIC_NORMAL, channel: int = CHANNEL_LOG_API) -> tuple[bytes, int]:
     """Encode one entry; returns (bytes, its chain CRC)."""
     size = HEADER_SIZE + len(body)
     body_crc = zlib.crc32(body)
     buf = bytearray(size)
-    HEADER.pack_into(buf, 0, magic, size, index, term, pos, 0, 0, body_crc, len(body))
+    HEADER.pack_into(buf, 0, magic, size, index, term, pos, channel, 0, body_crc, len(body))
     chain = chain_crc_of(memoryview(buf)[:CHAIN_PREFIX_SIZE], body_crc, previous_chain_crc)
     _CRC_BYTES.pack_into(buf, 36, chain)
     buf[HEADER_SIZE:] = body
@@ -149,7 +158,7 @@ def iter_entries(buf: bytes | memoryview, previous_chain_crc: int | None) -> Ite
 def entry_from_bytes(buf: bytes | memoryview, offset: int = 0) -> DLedgerEntry:
     h = verify_entry(buf, offset, None)
     body = bytes(memoryview(buf)[offset + HEADER_SIZE:offset + h.size])
-    return DLedgerEntry(h.index, h.term, h.pos, h.magic, body, h.body_crc, h.chain_crc)
+    return DLedgerEntry(h.index, h.term, h.pos, h.magic, body, h.body_crc, h.chain_crc, h.channel)
 
 
 def encode_index_record(magic: int, pos: int, size: int, index: int, term: int) -> bytes:

@@ -16,7 +16,7 @@ from typing import AsyncIterator, Callable, Sequence
 from dledger.clock import Clock, MonotonicClock
 from dledger.config import DLedgerConfig
 from dledger.elector import DLedgerLeaderElector
-from dledger.entry import USER_MAGICS, DLedgerEntry
+from dledger.entry import CHANNEL_LOG_API, USER_MAGICS, DLedgerEntry
 from dledger.producer_table import check_producer_request
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
@@ -191,10 +191,11 @@ class DLedgerServer:
 
     # --------------------------------------------------------- client RPCs
     async def append(self, bodies: Sequence[bytes], producer_id: str = "", sequence: int = -1,
-                     prepare: AppendHook | None = None) -> AppendResult:
+                     prepare: AppendHook | None = None, channel: int = CHANNEL_LOG_API) -> AppendResult:
         """Append through this node, which must be the leader; returns
         (first index, last index, positions) once committed. See
-        DLedgerEntryPusher.append for `producer_id`, `sequence` and `prepare`."""
+        DLedgerEntryPusher.append for `producer_id`, `sequence`, `prepare` and
+        `channel` (the Append RPC always writes CHANNEL_LOG_API)."""
         _, pusher = self._require_started()
         check_producer_request(producer_id, sequence)
         if not bodies:
@@ -210,7 +211,7 @@ class DLedgerServer:
         if not self.member_state.is_leader:
             raise self._not_leader()
         started = self.clock.now()
-        result = await pusher.append(bodies, producer_id, sequence, prepare)
+        result = await pusher.append(bodies, producer_id, sequence, prepare, channel)
         self.observer.on_append(self.clock.now() - started, len(bodies))
         return result
 
@@ -349,5 +350,5 @@ class DLedgerServer:
 
 def entry_to_pb(entry: DLedgerEntry) -> pb.Entry:
     return pb.Entry(index=entry.index, term=entry.term, pos=entry.pos, magic=entry.magic, body=entry.body,
-                    body_crc=entry.body_crc, chain_crc=entry.chain_crc)
+                    body_crc=entry.body_crc, chain_crc=entry.chain_crc, channel=entry.channel)
 

@@ -196,7 +196,7 @@ class AppendResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Entry(_message.Message):
-    __slots__ = ("index", "term", "pos", "magic", "body", "body_crc", "chain_crc")
+    __slots__ = ("index", "term", "pos", "magic", "body", "body_crc", "chain_crc", "channel")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     POS_FIELD_NUMBER: _ClassVar[int]
@@ -204,6 +204,7 @@ class Entry(_message.Message):
     BODY_FIELD_NUMBER: _ClassVar[int]
     BODY_CRC_FIELD_NUMBER: _ClassVar[int]
     CHAIN_CRC_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
     index: int
     term: int
     pos: int
@@ -211,7 +212,8 @@ class Entry(_message.Message):
     body: bytes
     body_crc: int
     chain_crc: int
-    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., magic: _Optional[int] = ..., body: _Optional[bytes] = ..., body_crc: _Optional[int] = ..., chain_crc: _Optional[int] = ...) -> None: ...
+    channel: int
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., magic: _Optional[int] = ..., body: _Optional[bytes] = ..., body_crc: _Optional[int] = ..., chain_crc: _Optional[int] = ..., channel: _Optional[int] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("header", "index")

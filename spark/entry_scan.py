@@ -11,7 +11,7 @@ import os
 import zlib
 from typing import Iterator
 
-from dledger.entry import HEADER, HEADER_SIZE, MAGIC_BLANK, VALID_MAGICS
+from dledger.entry import CHANNEL_STATE_MACHINE, HEADER, HEADER_SIZE, MAGIC_BLANK, MAGIC_NORMAL, VALID_MAGICS
 from spark.log_files import LogFilesError
 from spark.partitions import FileRange
 
@@ -23,6 +23,15 @@ _HEADER_PREFIX = 36  # the header bytes the chain CRC covers (dledger/entry.py)
 
 # (index, term, pos, magic, body): a plain tuple, built once per entry on the hot path.
 ScannedEntry = tuple[int, int, int, int, memoryview]
+
+# The magic handed on for a NORMAL entry a log client appended (header channel
+# CHANNEL_LOG_API): whatever its body looks like, it is a raw row, never a
+# message or system row (store/reput.py applies such entries the same way).
+MAGIC_CLIENT_NORMAL = 1001
+
+
+def scanned_magic(magic: int, channel: int) -> int:
+    return MAGIC_CLIENT_NORMAL if magic == MAGIC_NORMAL and channel != CHANNEL_STATE_MACHINE else magic
 
 
 def scan_file_range(part: FileRange) -> Iterator[ScannedEntry]:
@@ -68,7 +77,7 @@ def _walk(fd: int, part: FileRange, position: int) -> Iterator[ScannedEntry]:
         view = memoryview(chunk)
         at = 0
         while expected <= part.last_index and at + HEADER_SIZE <= len(chunk):
-            magic, size, index, term, pos, _, chain_crc, body_crc, body_size = unpack(chunk, at)
+            magic, size, index, term, pos, channel, chain_crc, body_crc, body_size = unpack(chunk, at)
             if magic not in VALID_MAGICS or size != HEADER_SIZE + body_size or body_size < 0:
                 raise _damaged(part, expected, relative + at, f"no entry header (magic {magic}, size {size})")
             if at + size > len(chunk):
@@ -84,7 +93,8 @@ def _walk(fd: int, part: FileRange, position: int) -> Iterator[ScannedEntry]:
                     crc32(view[at + 40:at + 44], crc32(view[at:at + _HEADER_PREFIX], chain)) != chain_crc:
                 raise _damaged(part, index, relative + at, "chain CRC mismatch: it does not follow the entry before")
             chain = chain_crc
-            yield index, term, pos, magic, body
+            yield index, term, pos, (MAGIC_CLIENT_NORMAL if magic == MAGIC_NORMAL and channel != CHANNEL_STATE_MACHINE
+                                     else magic), body
             expected += 1
             at += size
         if at == 0 and expected <= part.last_index:

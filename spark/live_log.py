@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError, ResponseCode
+from spark.entry_scan import scanned_magic
 from spark.partitions import LiveRange
 
 # Entries handed from the event loop to the (synchronous) Spark reader at a time.
@@ -59,15 +60,16 @@ def _with_client(servers: tuple[str, ...], group: str, work: Callable[[DLedgerCl
     return _LoopThread.run(run())
 
 
-def live_entries(part: LiveRange) -> Iterator[tuple[int, int, int, memoryview]]:
-    """(index, term, pos, body) of the NORMAL entries of the range, in order.
+def live_entries(part: LiveRange) -> Iterator[tuple[int, int, int, int, memoryview]]:
+    """(index, term, pos, magic, body) of the NORMAL entries of the range, in
+    order, as the file scan hands them on (see entry_scan.scanned_magic).
     The process's event loop is asked for a chunk at a time, so the Spark
     reader stays a plain generator and memory stays bounded."""
     client = DLedgerClient(part.servers, part.group)
     stream = client.read(part.first_index, part.last_index).__aiter__()
 
-    async def take() -> list[tuple[int, int, int, memoryview]]:
-        chunk: list[tuple[int, int, int, memoryview]] = []
+    async def take() -> list[tuple[int, int, int, int, memoryview]]:
+        chunk: list[tuple[int, int, int, int, memoryview]] = []
         while len(chunk) < CHUNK_ENTRIES:
             try:
                 entry = await stream.__anext__()
@@ -75,7 +77,8 @@ def live_entries(part: LiveRange) -> Iterator[tuple[int, int, int, memoryview]]:
                 break
             if zlib.crc32(entry.body) != entry.body_crc:
                 raise DLedgerError(ResponseCode.INTERNAL_ERROR, f"entry {entry.index}: body CRC mismatch on the wire")
-            chunk.append((entry.index, entry.term, entry.pos, memoryview(entry.body)))
+            chunk.append((entry.index, entry.term, entry.pos, scanned_magic(entry.magic, entry.channel),
+                          memoryview(entry.body)))
         return chunk
 
     async def close() -> None:

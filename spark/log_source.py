@@ -13,13 +13,12 @@ from typing import Any, Protocol
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from dledger.entry import MAGIC_NORMAL
 from spark.entry_scan import scan_file_range
 from spark.live_log import committed_bounds, live_entries
 from spark.log_files import LogFiles, LogFilesError
 from spark.options import SourceOptions
 from spark.partitions import FileRange, LiveRange, plan_file_ranges, plan_live_ranges, segment_spans
-from spark.row_builder import record_batches, record_tuples, scanned_record_batches
+from spark.row_builder import record_tuples, scanned_record_batches
 
 
 class CommittedLog(Protocol):
@@ -75,14 +74,11 @@ def read_partition(partition: InputPartition, topics: frozenset[str] | None,
                    arrow: bool = True) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
     """The rows of one partition; what an executor runs."""
     if isinstance(partition, FileRange):
-        if arrow:
-            return scanned_record_batches(scan_file_range(partition), topics)
-        entries = ((index, term, pos, body) for index, term, pos, magic, body in scan_file_range(partition)
-                   if magic == MAGIC_NORMAL)
+        entries = scan_file_range(partition)
     elif isinstance(partition, LiveRange):
         entries = live_entries(partition)
     elif type(partition) is InputPartition and partition.value is None:
         return iter(())  # Spark's stand-in when planning found nothing to read
     else:
         raise TypeError(f"not a dledger partition: {partition!r}")
-    return record_batches(entries, topics) if arrow else record_tuples(entries, topics)
+    return scanned_record_batches(entries, topics) if arrow else record_tuples(entries, topics)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dledger.entry import MAGIC_NORMAL
+from spark.entry_scan import MAGIC_CLIENT_NORMAL
 from store import message_const as mc
 from store.codec import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, peek
 from store.errors import MessageDecodeError
@@ -158,6 +159,11 @@ class RowBatchBuilder:
         topics, batch_rows = self.topics, self.batch_rows
         for index, term, pos, entry_magic, body in entries:
             if entry_magic != MAGIC_NORMAL:
+                if entry_magic == MAGIC_CLIENT_NORMAL:
+                    self._add_other(index, term, pos, KIND_RAW, body, len(body), None)
+                    self.bytes += len(body)
+                    if len(self.rows) >= batch_rows or self.bytes >= BATCH_BYTES:
+                        yield self.flush()  # type: ignore[misc]
                 continue
             size = len(body)
             done = False
@@ -306,14 +312,18 @@ def scanned_record_batches(entries: Iterable[tuple[int, int, int, int, memoryvie
 
 
 
-def record_tuples(entries: Iterable[tuple[int, int, int, memoryview]],
+def record_tuples(entries: Iterable[tuple[int, int, int, int, memoryview]],
                   topics: frozenset[str] | None = None) -> Iterator[tuple[Any, ...]]:
-    """The same rows as plain tuples, decoded one at a time: PySpark's
-    row-by-row path (option decode=tuples), kept so that the benchmark can
-    show what the Arrow path saves."""
+    """The same rows as plain tuples from (index, term, pos, magic, body) as
+    the scan hands them on, decoded one at a time: PySpark's row-by-row path
+    (option decode=tuples), kept so that the benchmark can show what the
+    Arrow path saves."""
     tag_codes: dict[str | None, int] = {}
-    for index, term, pos, body in entries:
-        magic = _SIZE_MAGIC.unpack_from(body)[1] if len(body) >= _SIZE_MAGIC.size else 0
+    for index, term, pos, entry_magic, body in entries:
+        if entry_magic != MAGIC_NORMAL and entry_magic != MAGIC_CLIENT_NORMAL:
+            continue
+        magic = _SIZE_MAGIC.unpack_from(body)[1] if len(body) >= _SIZE_MAGIC.size and entry_magic == MAGIC_NORMAL \
+            else 0
         message = None
         if magic == MESSAGE_MAGIC_CODE or magic == MESSAGE_MAGIC_CODE_V2:
             try:

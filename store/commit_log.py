@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from dledger.entry import CHANNEL_STATE_MACHINE
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.server import DLedgerServer
 from store import codec
@@ -73,6 +74,8 @@ class DLedgerCommitLog:
         # The leader's next offset per queue, valid for `_offsets_term` only.
         self._next_offsets: dict[QueueKey, int] = {}
         self._offsets_term = -1
+        # See MessageStoreConfig.legacy_untagged_entries.
+        self.legacy_untagged_entries = False
 
     @property
     def log(self):  # noqa: ANN201 - the DLedgerFileStore
@@ -112,6 +115,8 @@ class DLedgerCommitLog:
             return None
         if entry.index > self.committed_index:
             return None
+        if entry.channel != CHANNEL_STATE_MACHINE and not self.legacy_untagged_entries:
+            return None  # a log client's entry, whatever its bytes look like
         return entry.body
 
     # ------------------------------------------------------------------ writes
@@ -144,7 +149,7 @@ class DLedgerCommitLog:
                 codec.patch_offsets(body, max(queue_offset, 0), position + DLEDGER_HEADER_SIZE)
 
         try:
-            first, _, positions = await self.server.append(bodies, prepare=place)
+            first, _, positions = await self.server.append(bodies, prepare=place, channel=CHANNEL_STATE_MACHINE)
         except DLedgerError as error:
             if self.log.write_position == written_from:
                 self._next_offsets = before  # nothing written: the offsets are free again

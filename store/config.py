@@ -41,6 +41,11 @@ class MessageStoreConfig:
     # The leader writes the whole metadata into the log this often (and when
     # its term starts), so that the retained log always holds all of it.
     metadata_snapshot_interval_s: float = 600.0
+    # Apply every NORMAL entry whose body looks like a store entry, as
+    # versions before the header's channel did, instead of only the entries
+    # the store wrote itself (see store/reput.py). Only for a log written by
+    # such a version, on every node alike: it trusts every log client.
+    legacy_untagged_entries: bool = False
 
     @property
     def config_dir(self) -> str:

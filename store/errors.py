@@ -56,6 +56,11 @@ class PutOutcomeUnknownError(StoreError):
     by message id."""
 
 
+class StoreStartError(StoreError):
+    """The store's files cannot be served by this configuration; the message
+    says what to do. The node does not start."""
+
+
 class StoreFullError(StoreError):
     """The disk holding the log is (nearly) full: the store is read-only."""
 

@@ -29,6 +29,7 @@ from dledger.server import DLedgerServer
 from dledger.tasks import start_task
 from store import codec
 from store.codec import MessageExt
+from dledger.entry import CHANNEL_STATE_MACHINE
 from dledger.errors import DLedgerError
 from store.commit_log import DLEDGER_HEADER_SIZE, DLedgerCommitLog, PutResult, store_error
 from store.config import MessageStoreConfig
@@ -37,13 +38,15 @@ from store.consume_queue import GetStatus
 from store.consume_queue_store import ConsumeQueueStore
 from store.consumer_offset import ConsumerOffsetManager, OffsetCommit, offsets_payload
 from store.errors import (MessageDecodeError, MessageTooLargeError, PutOutcomeUnknownError, QueueIdError,
-                          StoreError, StoreFailedError, StoreUnavailableError, TopicNotFoundError)
+                          StoreError, StoreFailedError, StoreStartError, StoreUnavailableError,
+                          TopicNotFoundError)
 from store.index_service import IndexService
 from store.metadata_snapshot import MetadataSnapshotHandler, capture_payload
 from store.message_id import decode_offset_message_id
 from store.reput import ArrivalListener, ReputMessageService, SystemEntryHandler
 from store.socket_address import SocketAddress
-from store.store_checkpoint import StoreCheckpoint, mark_running, mark_stopped
+from store.store_checkpoint import (ENTRY_FORMAT_CHANNEL, ENTRY_FORMAT_UNTAGGED, StoreCheckpoint, mark_running,
+                                    mark_stopped)
 from store.subscription_group import (SubscriptionGroupConfig, SubscriptionGroupManager, group_delete_payload,
                                       group_update_payload)
 from store.system_entry import SystemKind, encode_system_entry
@@ -90,6 +93,7 @@ class MessageStore:
         self.offsets = ConsumerOffsetManager(config.config_dir)
         self.managers: list[ConfigManager] = [self.topics, self.groups, self.offsets]
         self.commit_log = DLedgerCommitLog(server, store_host, self._queue_end)
+        self.commit_log.legacy_untagged_entries = config.legacy_untagged_entries
         self.consume_queues: ConsumeQueueStore | None = None
         self.index: IndexService | None = None
         self.reput: ReputMessageService | None = None
@@ -146,11 +150,12 @@ class MessageStore:
             self.index = IndexService.open(config.store_dir, config.index_hash_slots, config.index_items,
                                            committed_end=committed_end + DLEDGER_HEADER_SIZE)
         self.checkpoint = StoreCheckpoint.load(self._checkpoint_path) or StoreCheckpoint()
+        self._check_entry_format(self.checkpoint)
         log_store = self.server.store
         known = min(self.checkpoint.applied_index, self.commit_log.committed_index)
         resume = max(known, log_store.ledger_begin_index - 1)
         self.reput = ReputMessageService(self.server, queues, self.index, self.commit_log.min_physical_offset,
-                                         resume, config.reput_batch_bytes)
+                                         resume, config.reput_batch_bytes, config.legacy_untagged_entries)
         self.snapshots.start(resume, log_lost_entries=resume > known)
         self.reput.gap_listeners.append(self.snapshots.on_gap)
         self._configs_cover = resume
@@ -216,9 +221,19 @@ class MessageStore:
         applied, timestamp = min(progress.applied_index, self._configs_cover), progress.last_store_timestamp
         confirm = self.commit_log.committed_end()
         await _in_thread(self._flush_files)
-        checkpoint = StoreCheckpoint(timestamp, timestamp, timestamp, confirm, confirm, applied)
+        entry_format = ENTRY_FORMAT_UNTAGGED if self.config.legacy_untagged_entries else ENTRY_FORMAT_CHANNEL
+        checkpoint = StoreCheckpoint(timestamp, timestamp, timestamp, confirm, confirm, applied, entry_format)
         await _in_thread(checkpoint.save, self._checkpoint_path)
         self.checkpoint = checkpoint
+
+    def _check_entry_format(self, checkpoint: StoreCheckpoint) -> None:
+        if checkpoint.applied_index >= 0 and checkpoint.entry_format == ENTRY_FORMAT_UNTAGGED \
+                and not self.config.legacy_untagged_entries:
+            raise StoreStartError(
+                f"{self._checkpoint_path}: this store was derived by a version that applied any entry shaped "
+                f"like a store entry, including log clients' appends; set legacy_untagged_entries = true in "
+                f"the [broker] table of every node to keep serving this log, or move its messages to a new "
+                f"cluster")
 
     def _flush_files(self) -> None:
         assert self.consume_queues is not None
@@ -353,7 +368,7 @@ class MessageStore:
             body = await asyncio.to_thread(lambda: encode_system_entry(SystemKind.METADATA_SNAPSHOT, payload()))
             if log_store.ledger_end_index != end:
                 return False
-            index, _, _ = await self.server.append([body])
+            index, _, _ = await self.server.append([body], channel=CHANNEL_STATE_MACHINE)
         finally:
             self._writes_open.set()
         log.info("metadata snapshot written at entry %d (%d bytes)", index, len(body))
@@ -364,7 +379,8 @@ class MessageStore:
         caller reads its effect at once. Returns its index."""
         await self._ready_for_writes()
         try:
-            index, _, _ = await self.server.append([encode_system_entry(kind, payload)])
+            index, _, _ = await self.server.append([encode_system_entry(kind, payload)],
+                                                   channel=CHANNEL_STATE_MACHINE)
         except DLedgerError as error:
             raise store_error(error) from None
         assert self.reput is not None

@@ -6,8 +6,15 @@ It reads committed entries in index order and dispatches each:
   then the arrival listeners (long polling, the delayed-message service, ...);
 - a system entry: to the manager registered for its kind (topics, groups,
   consumer offsets; the broker registers its own kinds);
-- the log's own entries (term NOOPs, producer marks) and bodies that are
-  neither (plain `dledger append` data on the same log): nothing.
+- the log's own entries (term NOOPs, producer marks) and entries a log
+  client appended (`dledger append` data on the same log): nothing.
+
+Only entries the store wrote itself are applied: the leader's write path sets
+the channel field of their DLedger header (CHANNEL_STATE_MACHINE), which the
+Append RPC cannot set and the chain CRC covers. So a log client can neither
+forge a system entry (delete a topic, ack someone's lease, decide a
+transaction) nor stop the loop with a body shaped like a message: its
+entries are counted (`raw_entries`) and skipped, whatever their bytes.
 
 Everything it writes is derived from committed entries only, so every replica
 derives the same ConsumeQueues, index and metadata. It checks the leader's
@@ -22,7 +29,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from dledger.entry import HEADER, HEADER_SIZE, MAGIC_NORMAL
+from dledger.entry import CHANNEL_STATE_MACHINE, HEADER, HEADER_SIZE, MAGIC_NORMAL
 from dledger.server import DLedgerServer
 from dledger.waiting import wait_event
 from store import codec
@@ -71,7 +78,8 @@ class Progress:
 
 class ReputMessageService:
     def __init__(self, server: DLedgerServer, consume_queues: ConsumeQueueStore, index: IndexService | None,
-                 min_physical_offset: Callable[[], int], applied_index: int, batch_bytes: int) -> None:
+                 min_physical_offset: Callable[[], int], applied_index: int, batch_bytes: int,
+                 legacy_untagged_entries: bool = False) -> None:
         self.server = server
         self.consume_queues = consume_queues
         self.index = index
@@ -84,7 +92,10 @@ class ReputMessageService:
         self._units: dict[tuple[str, int], _UnitBatch] = {}
         self._indexing: list[IndexedMessage] = []  # the current run's, written with its units
         self._applied_event = asyncio.Event()
-        self._ignored_raw = 0
+        self.raw_entries = 0   # entries of log clients, skipped
+        # Logs from before the channel: untagged NORMAL entries are applied
+        # when their body looks like a store entry, skipped when it does not decode.
+        self.legacy_untagged_entries = legacy_untagged_entries
         # Called with the log's new first index when entries this loop never
         # applied are gone (a follower reset to its leader's first entry).
         self.gap_listeners: list[Callable[[int], None]] = []
@@ -155,17 +166,23 @@ class ReputMessageService:
         queue, not per message)."""
         at = 0
         unpack = HEADER.unpack_from
+        legacy = self.legacy_untagged_entries
         try:
             for _ in range(count):
-                magic, size, index, _, pos, _, _, _, body_size = unpack(data, at)
-                if magic == MAGIC_NORMAL and body_size >= 8:
-                    self._dispatch(index, pos, data[at + HEADER_SIZE:at + size])
+                magic, size, index, _, pos, channel, _, _, _ = unpack(data, at)
+                if magic == MAGIC_NORMAL:
+                    if channel == CHANNEL_STATE_MACHINE:
+                        self._dispatch(index, pos, data[at + HEADER_SIZE:at + size])
+                    elif legacy:
+                        self._dispatch_untagged(index, pos, data[at + HEADER_SIZE:at + size])
+                    else:
+                        self._note_raw(index)
                 at += size
         finally:
             self._write_derived()
 
     def _dispatch(self, index: int, pos: int, body: memoryview) -> None:
-        magic = codec.peek_magic(body)
+        magic = codec.peek_magic(body) if len(body) >= 8 else 0
         try:
             if magic in codec.MESSAGE_MAGIC_CODES:
                 self._dispatch_message(index, pos, body)
@@ -178,6 +195,16 @@ class ReputMessageService:
             raise
         except StoreError as error:
             raise StoreFailedError(f"entry {index} (pos {pos}) cannot be applied: {error}") from error
+
+    def _dispatch_untagged(self, index: int, pos: int, body: memoryview) -> None:
+        """legacy_untagged_entries: an entry that may be the store's or a log
+        client's. One that does not decode is a client's: skipped, never a
+        stopped loop."""
+        try:
+            self._dispatch(index, pos, body)
+        except Exception as error:  # noqa: BLE001 - any client bytes, any failure
+            log.warning("entry %d: untagged entry skipped, it does not apply: %s", index, error)
+            self._note_raw(index)
 
     def _dispatch_message(self, index: int, pos: int, body: memoryview) -> None:
         request = codec.peek(body)
@@ -262,8 +289,8 @@ class ReputMessageService:
         handler.apply(index, system.kind, system.payload)
 
     def _note_raw(self, index: int) -> None:
-        self._ignored_raw += 1
-        if self._ignored_raw in (1, 10, 100, 1000) or self._ignored_raw % 100_000 == 0:
-            log.info("entry %d is neither a message nor a system entry (%d such so far); not a "
-                     "message store entry", index, self._ignored_raw)
+        self.raw_entries += 1
+        if self.raw_entries in (1, 10, 100, 1000) or self.raw_entries % 100_000 == 0:
+            log.info("entry %d was appended by a log client, not the message store: skipped (%d such "
+                     "so far)", index, self.raw_entries)
 

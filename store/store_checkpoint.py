@@ -6,7 +6,10 @@ the derived files were flushed: physicMsgTimestamp (0), logicsMsgTimestamp
 We keep that layout, so an operator's tools read it, and add at 40 the index
 of the last log entry whose ConsumeQueue units, index items and metadata were
 flushed: the apply loop resumes after it, so recovery time grows with the
-unflushed tail, not with the log.
+unflushed tail, not with the log. At 48, the entry format the store was
+derived with: 0 (files of versions before the DLedger header's channel, which
+applied any entry whose body looked like a store entry) or 1 (only entries
+tagged CHANNEL_STATE_MACHINE; see store/reput.py).
 
 `abort` exists while the store runs; finding it at start means the last run
 did not stop cleanly (RocketMQ then recovers "abnormally"; here the recovery
@@ -21,7 +24,9 @@ from dataclasses import dataclass
 from dledger.store.properties import write_atomic
 from store.errors import CorruptFileError
 
-_LAYOUT = struct.Struct(">qqqqqq")
+_LAYOUT = struct.Struct(">qqqqqqq")
+ENTRY_FORMAT_UNTAGGED = 0
+ENTRY_FORMAT_CHANNEL = 1
 FILE_SIZE = 4096  # RocketMQ maps an OS page
 
 
@@ -33,6 +38,7 @@ class StoreCheckpoint:
     master_flushed_offset: int = 0
     confirm_phy_offset: int = 0
     applied_index: int = -1
+    entry_format: int = ENTRY_FORMAT_CHANNEL
 
     @classmethod
     def load(cls, path: str) -> "StoreCheckpoint | None":
@@ -48,7 +54,7 @@ class StoreCheckpoint:
         data = bytearray(FILE_SIZE)
         _LAYOUT.pack_into(data, 0, self.physic_msg_timestamp, self.logics_msg_timestamp,
                           self.index_msg_timestamp, self.master_flushed_offset, self.confirm_phy_offset,
-                          self.applied_index)
+                          self.applied_index, self.entry_format)
         write_atomic(path, bytes(data))
 
 

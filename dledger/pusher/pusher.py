@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from dledger.clock import Clock
 from dledger.config import DLedgerConfig, FlushMode
-from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL, MAGIC_PRODUCER_MARK
+from dledger.entry import CHANNEL_LOG_API, MAGIC_NOOP, MAGIC_NORMAL, MAGIC_PRODUCER_MARK
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
 from dledger.pusher.dispatcher import EntryDispatcher
@@ -115,12 +115,13 @@ class DLedgerEntryPusher:
 
     # ------------------------------------------------------------ appending
     async def append(self, bodies: Sequence[bytes], producer_id: str = "", sequence: int = -1,
-                     prepare: AppendHook | None = None) -> AppendResult:
+                     prepare: AppendHook | None = None, channel: int = CHANNEL_LOG_API) -> AppendResult:
         """Append `bodies` and wait for their commit. With a producer id, a
         (producer_id, sequence) the log already holds is answered with its
         original indexes instead of being appended again (and `prepare`, the
         store's append hook, is not called). `prepare` gets the bodies'
-        positions before they are written."""
+        positions before they are written; `channel` says who writes them
+        (dledger/entry.py)."""
         self._check_can_append(len(bodies))
         if producer_id:
             appended = self._appended_before(producer_id, sequence)
@@ -128,11 +129,12 @@ class DLedgerEntryPusher:
                 return await self._wait_for(appended)
         ms = self.member_state
         if not producer_id:
-            return await self._wait_for_new(self.store.append_as_leader(bodies, ms.term, prepare=prepare))
+            return await self._wait_for_new(self.store.append_as_leader(bodies, ms.term, prepare=prepare,
+                                                                        channel=channel))
         mark = encode_mark(producer_id, sequence, len(bodies))
         placed = self.store.append_as_leader(
             [mark, *bodies], ms.term, magics=[MAGIC_PRODUCER_MARK] + [MAGIC_NORMAL] * len(bodies),
-            prepare=None if prepare is None else lambda positions: prepare(positions[1:]))
+            prepare=None if prepare is None else lambda positions: prepare(positions[1:]), channel=channel)
         self._term_appends[(producer_id, sequence)] = AppendedRange(placed[1][0], placed[-1][0])
         return await self._wait_for_new(placed[1:])
 

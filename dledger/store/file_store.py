@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 from dledger.config import DLedgerConfig
 from dledger.entry import (
     BLANK,
+    CHANNEL_LOG_API,
     HEADER,
     HEADER_SIZE,
     INDEX_RECORD,
@@ -194,13 +195,15 @@ class DLedgerFileStore:
 
     def append_as_leader(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL,
                          magics: Sequence[int] | None = None,
-                         prepare: AppendHook | None = None) -> list[tuple[int, int]]:
+                         prepare: AppendHook | None = None,
+                         channel: int = CHANNEL_LOG_API) -> list[tuple[int, int]]:
         """Write `bodies` as entries ledger_end_index+1.. of `term`; returns [(index, pos)].
         Every entry gets `magic`, or its own from `magics` when given. `prepare`
         is called with every entry's position once they are known and before
         anything is encoded, so it may fill position-derived fields into the
         bodies in place (DLedger's AppendHook: RocketMQ's physical offset); it
-        must not change their sizes. One buffer, one pwrite per segment
+        must not change their sizes. `channel` goes into every header (see
+        dledger/entry.py). One buffer, one pwrite per segment
         touched, one for the index records; no fsync."""
         self._check_writable()
         if term < self.ledger_end_term:
@@ -222,7 +225,7 @@ class DLedgerFileStore:
         first_index = self.ledger_end_index + 1
         chain = self._encode_into(buffer, records, start, positions, bodies, first_index, term,
                                   magics if magics is not None else [magic] * len(bodies),
-                                  self.ledger_end_chain_crc)
+                                  self.ledger_end_chain_crc, channel)
         self._write(start, buffer, records)
         self._advance(first_index + len(bodies) - 1, term, chain)
         return [(first_index + i, pos) for i, pos in enumerate(positions)]
@@ -251,7 +254,7 @@ class DLedgerFileStore:
     @staticmethod
     def _encode_into(buffer: bytearray, records: bytearray, start: int, positions: list[int],
                      bodies: Sequence[bytes], first_index: int, term: int, magics: Sequence[int],
-                     previous_chain_crc: int) -> int:
+                     previous_chain_crc: int, channel: int) -> int:
         """Fill headers, bodies and index records; returns the last chain CRC.
         This is the leader's per-entry hot loop, so it avoids all allocation
         but the memoryview slices the CRCs need."""
@@ -267,7 +270,7 @@ class DLedgerFileStore:
             at = pos - start
             body_size = len(body)
             size = HEADER_SIZE + body_size
-            pack_header(buffer, at, magic, size, index, term, pos, 0, 0, crc32(body), body_size)
+            pack_header(buffer, at, magic, size, index, term, pos, channel, 0, crc32(body), body_size)
             chain = crc32(view[at + 40:at + 44], crc32(view[at:at + _HEADER_CRC_FIELD], chain))
             pack_crc(buffer, at + _HEADER_CRC_FIELD, chain)
             buffer[at + HEADER_SIZE:at + size] = body
@@ -1124,7 +1127,7 @@ def _decode_run(data: bytes, first_index: int, count: int) -> list[DLedgerEntry]
             raise CorruptLogError(f"entry {first_index + i}: data holds entry {header.index}")
         body = bytes(view[at + HEADER_SIZE:at + header.size])
         entries.append(DLedgerEntry(header.index, header.term, header.pos, header.magic, body,
-                                    header.body_crc, header.chain_crc))
+                                    header.body_crc, header.chain_crc, header.channel))
         chain = header.chain_crc
         at += header.size
     return entries

@@ -7,6 +7,7 @@ import datetime
 
 import pyarrow as pa
 
+from dledger.entry import MAGIC_NORMAL
 from spark.row_builder import BODY_START, RowBatchBuilder, parse_message, record_batches, record_tuples
 from spark.schema import ARROW_SCHEMA, COLUMNS
 from store.codec import MessageExt, encode, peek
@@ -38,7 +39,8 @@ def test_arrow_batches_and_tuples_hold_the_same_rows():
     batches = list(record_batches(entries()))
     assert all(batch.schema.equals(ARROW_SCHEMA) for batch in batches)
     from_arrow = pa.Table.from_batches(batches).to_pylist()
-    from_tuples = [dict(zip(COLUMNS, row)) for row in record_tuples(entries())]
+    scanned = [(i, t, p, MAGIC_NORMAL, b) for i, t, p, b in entries()]
+    from_tuples = [dict(zip(COLUMNS, row)) for row in record_tuples(scanned)]
     for row in from_tuples:  # Arrow hands maps back as (key, value) lists
         row["properties"] = None if row["properties"] is None else list(row["properties"].items())
     assert from_arrow == from_tuples
@@ -83,3 +85,13 @@ def test_batches_are_cut_by_rows():
     builder = RowBatchBuilder(batch_rows=2)
     cut = [builder.add(*entry) for entry in entries()]
     assert [batch.num_rows if batch is not None else 0 for batch in cut] == [0, 2, 0, 2, 0, 2]
+
+
+def test_entries_a_log_client_appended_are_raw_rows_whatever_they_look_like():
+    from spark.entry_scan import MAGIC_CLIENT_NORMAL
+    from spark.row_builder import scanned_record_batches
+    scanned = [(i, t, p, MAGIC_CLIENT_NORMAL, b) for i, t, p, b in entries()]
+    for rows in (pa.Table.from_batches(list(scanned_record_batches(scanned))).to_pylist(),
+                 [dict(zip(COLUMNS, row)) for row in record_tuples(scanned)]):
+        assert [row["kind"] for row in rows] == ["raw"] * len(scanned)
+        assert [bytes(row["body"]) for row in rows] == [bytes(e[3]) for e in entries()]

@@ -407,3 +407,65 @@ async def test_a_crash_between_checkpoint_and_config_snapshot_replays_what_the_s
             assert recovered.offsets.query("g", "Created", 1) == 42, node
     finally:
         await crashed.stop()
+
+
+async def test_raw_log_appends_shaped_like_store_entries_never_change_or_stop_the_store(cluster: StoreCluster):
+    from dledger.entry import CHANNEL_STATE_MACHINE, MAGIC_NORMAL
+    from store.system_entry import SystemKind, encode_system_entry
+    from store.topic_config import topic_delete_payload
+    await cluster.create_topic("T", queues=1)
+    store = await cluster.leader_store()
+    await store.put_messages([message("T", b"kept")])
+    await cluster.wait_applied()
+    log_store = store.server.store
+    own = [e for e in log_store.read_entries(log_store.ledger_begin_index, log_store.ledger_end_index, 1 << 20)
+           if e.magic == MAGIC_NORMAL]
+    assert own and all(e.channel == CHANNEL_STATE_MACHINE for e in own)
+    forged = [
+        b"AAAASYSE hello",                                              # a system header that lies about its size
+        b"\x00\x00\x00\x0aSYSE",                                         # a system header and nothing else
+        encode_system_entry(SystemKind.TOPIC_DELETE, topic_delete_payload("T")),
+        encode_system_entry(SystemKind.BROKER_BASE + 7, {"anything": 1}),
+        *[e.body for e in own],                                          # every entry the store wrote, replayed
+        os.urandom(200),
+    ]
+    for body in forged:
+        await store.server.append([body])  # the log API's path: channel 0
+    await store.put_messages([message("T", b"after")])
+    await cluster.wait_applied()
+    for node, replica in cluster.stores.items():
+        assert replica.reput.failure is None, node
+        assert replica.reput.raw_entries == len(forged), node
+        assert replica.topics.get("T") is not None, node
+        got = replica.get_messages("T", 0, 0, 100)
+        assert [m.body for m in got.messages] == [b"kept", b"after"], node
+    dirs = {n: s.config.store_dir for n, s in cluster.stores.items()}
+    queues = {n: tree(os.path.join(d, "consumequeue")) for n, d in dirs.items()}
+    assert queues["n0"] == queues["n1"] == queues["n2"]
+
+
+async def test_a_store_derived_before_entries_were_tagged_starts_only_in_legacy_mode(tmp_path):
+    from store.errors import StoreStartError
+    from store.store_checkpoint import ENTRY_FORMAT_UNTAGGED, StoreCheckpoint
+    cluster = StoreCluster(str(tmp_path))
+    await cluster.start()
+    try:
+        await cluster.create_topic("T", queues=1)
+        await cluster.wait_applied()
+        leader = await cluster.wait_leader()
+        victim = next(n for n in cluster.stores if n != leader)
+        path = os.path.join(cluster.stores[victim].config.store_dir, "checkpoint")
+        await cluster.stop(victim)
+        old = StoreCheckpoint.load(path)
+        assert old is not None and old.applied_index >= 0
+        old.entry_format = ENTRY_FORMAT_UNTAGGED  # what an older version's file holds at offset 48
+        old.save(path)
+        with pytest.raises(StoreStartError, match="legacy_untagged_entries"):
+            await cluster.start(victim)
+        await cluster.stop(victim)
+        cluster.reconfigure_store(legacy_untagged_entries=True)
+        await cluster.start(victim)
+        await cluster.wait_applied()
+        assert cluster.stores[victim].topics.get("T") is not None
+    finally:
+        await cluster.stop()
