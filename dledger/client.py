@@ -63,7 +63,9 @@ OUTCOME_UNKNOWN = frozenset({
 # Retries for requests that change nothing (metadata, get, read).
 READ_RETRY = LEADER_MOVED | OUTCOME_UNKNOWN | {ResponseCode.NETWORK_ERROR}
 # Retries for appends without a producer id: only where a retry cannot duplicate.
-APPEND_RETRY = LEADER_MOVED | {ResponseCode.NETWORK_ERROR, ResponseCode.LEADER_PENDING_FULL}
+# DISK_FULL: nothing was written, and a leader whose disk is full steps down
+# for one that can write (a whole cluster out of space still fails, at the deadline).
+APPEND_RETRY = LEADER_MOVED | {ResponseCode.NETWORK_ERROR, ResponseCode.LEADER_PENDING_FULL, ResponseCode.DISK_FULL}
 # With a producer id the group recognises a repeated request, so an unknown
 # outcome is retried too.
 IDEMPOTENT_APPEND_RETRY = APPEND_RETRY | OUTCOME_UNKNOWN
@@ -482,7 +484,7 @@ class DLedgerClient:
                 self._set_leader(failure.leader_address, failure.leader_id)
             else:
                 self._forget_leader(address)
-        elif failure.code in OUTCOME_UNKNOWN:
+        elif failure.code in OUTCOME_UNKNOWN or failure.code == ResponseCode.DISK_FULL:
             self._forget_leader(address)
         raise failure
 

@@ -83,16 +83,26 @@ class DLedgerLeaderElector:
     # ------------------------------------------------------------------ loop
     async def run(self) -> None:
         while True:
-            role = self.member_state.role
-            if role is Role.LEADER:
-                wait = self._maintain_as_leader()
-            elif role is Role.FOLLOWER:
-                wait = self._maintain_as_follower()
-            else:
-                wait = await self._maintain_as_candidate()
+            try:
+                wait = await self._maintain()
+            except DLedgerError as error:
+                if error.code is not ResponseCode.DISK_FULL:
+                    raise
+                # The term could not be persisted: try again an election timeout later.
+                log.warning("%s", error)
+                self.next_vote_at = self.clock.now() + self._election_timeout()
+                wait = self.next_vote_at - self.clock.now()
             if wait > 0:
                 await wait_event(self.wakeup, wait)
             self.wakeup.clear()
+
+    async def _maintain(self) -> float:
+        role = self.member_state.role
+        if role is Role.LEADER:
+            return self._maintain_as_leader()
+        if role is Role.FOLLOWER:
+            return self._maintain_as_follower()
+        return await self._maintain_as_candidate()
 
     def _maintain_as_follower(self) -> float:
         ms, now = self.member_state, self.clock.now()
@@ -109,6 +119,13 @@ class DLedgerLeaderElector:
         if self._quorum_silent_for(now) > config.election_timeout_max_s:
             log.warning("no quorum answered for %.0f ms: stepping down in term %d",
                         self._quorum_silent_for(now) * 1000, ms.term)
+            ms.change_to_candidate()
+            self.next_vote_at = now + self._election_timeout()
+            return 0.0
+        if self.store.read_only_reason:
+            # A leader that cannot write commits nothing, and its heartbeats
+            # would keep the followers, who can, from electing one that does.
+            log.warning("stepping down in term %d: %s", ms.term, self.store.read_only_reason)
             ms.change_to_candidate()
             self.next_vote_at = now + self._election_timeout()
             return 0.0

@@ -9,6 +9,7 @@ inline makes "persist, then answer" atomic with respect to every other handler.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from enum import Enum
@@ -16,6 +17,7 @@ from typing import Callable
 
 from dledger.clock import Clock
 from dledger.config import DLedgerConfig
+from dledger.errors import DLedgerError, ResponseCode
 from dledger.store.properties import read_properties, write_properties
 
 log = logging.getLogger(__name__)
@@ -60,7 +62,15 @@ class MemberState:
         log.info("loaded term %d vote %r", self.term, self.vote_for)
 
     def _persist(self, term: int, vote_for: str) -> None:
-        write_properties(self._path, {"currTerm": str(term), "voteLeader": vote_for})
+        try:
+            write_properties(self._path, {"currTerm": str(term), "voteLeader": vote_for})
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                # Not persisted, so not taken: no term moves and no vote is
+                # granted until the disk has room (the Raft rule).
+                raise DLedgerError(ResponseCode.DISK_FULL,
+                                   f"cannot persist term {term} in {self._path}: {error.strerror}") from error
+            raise
         self.term = term
         self.vote_for = vote_for
 

@@ -8,6 +8,7 @@ that into a response in one place.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import time
@@ -304,10 +305,22 @@ class DLedgerServer:
 
     # --------------------------------------------------------- housekeeping
     async def _checkpointer(self) -> None:
+        """Checkpoints, producer table snapshots and the disk check, every
+        checkpoint interval. A full disk makes the log read-only here, never
+        ends the task; the next round tries again."""
         while True:
             await asyncio.sleep(self.config.checkpoint_interval_s)
-            await self.store.write_checkpoint_in_background()
-            await self._save_producers_in_background()
+            self.store.check_disk()
+            try:
+                await self.store.write_checkpoint_in_background()
+                await self._save_producers_in_background()
+            except DLedgerError as error:
+                if error.code is not ResponseCode.DISK_FULL:
+                    raise
+            except OSError as error:
+                if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                log.warning("cannot save the producer table: %s", error.strerror)
 
     async def _save_producers_in_background(self) -> None:
         assert self.pusher is not None

@@ -25,6 +25,7 @@ rather than derive a store that differs from the other replicas'.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -42,6 +43,8 @@ from store.index_service import IndexedMessage, IndexService
 from store.system_entry import SYSTEM_MAGIC_CODE, decode_system_entry
 
 log = logging.getLogger(__name__)
+
+DISK_RETRY_S = 1.0
 
 # The loop yields to other tasks after this many entries, so that a long
 # catch-up (a restart, a new follower) does not starve the node's RPCs.
@@ -85,6 +88,11 @@ class ReputMessageService:
         self.index = index
         self.min_physical_offset = min_physical_offset
         self.progress = Progress(applied_index)
+        # The last entry dispatched; ahead of progress.applied_index while the
+        # ConsumeQueue units and index items it derived wait to be written
+        # (a full disk: the loop retries the writes, never the entries).
+        self._dispatched = applied_index
+        self.waiting_for_disk = ""
         self.batch_bytes = batch_bytes
         self.handlers: dict[int, SystemEntryHandler] = {}
         self.listeners: list[ArrivalListener] = []
@@ -116,19 +124,41 @@ class ReputMessageService:
                 if self.applied_index >= committed:
                     await self.server.wait_committed(self.applied_index + 1)
                     continue
-                self.apply_available(committed)
+                try:
+                    self.apply_available(committed)
+                except OSError as error:
+                    if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                        raise
+                    await self._wait_for_disk(error)
+                    continue
+                if self.waiting_for_disk:
+                    log.info("the apply loop goes on: the disk has room again")
+                    self.waiting_for_disk = ""
                 await asyncio.sleep(0)
         except StoreFailedError as failure:
             self.failure = failure
             log.critical("the apply loop stopped: %s", failure)
             self._applied_event.set()
 
+    async def _wait_for_disk(self, error: OSError) -> None:
+        """A write of derived files failed for want of space: what was
+        dispatched stays dispatched, its units and index items stay pending,
+        and the loop tries again in a second (the node's reads go on)."""
+        if not self.waiting_for_disk:
+            log.warning("the apply loop waits after entry %d: %s", self._dispatched, error)
+        self.waiting_for_disk = str(error)
+        await asyncio.sleep(DISK_RETRY_S)
+
     def apply_available(self, committed: int) -> None:
         """Apply committed entries after applied_index, up to `committed`, in
         slices; a slice at a time from the caller's point of view."""
         log_store = self.server.store
-        start = max(self.applied_index + 1, log_store.ledger_begin_index)
-        if start > self.applied_index + 1:
+        self._write_derived()  # what a failed write left pending
+        if self._dispatched > self.applied_index:
+            self.progress.applied_index = self._dispatched
+        start = max(self._dispatched + 1, log_store.ledger_begin_index)
+        if start > self._dispatched + 1:
+            self._dispatched = start - 1
             for listener in self.gap_listeners:
                 listener(start)
         applied = 0
@@ -170,6 +200,9 @@ class ReputMessageService:
         try:
             for _ in range(count):
                 magic, size, index, _, pos, channel, _, _, _ = unpack(data, at)
+                if index <= self._dispatched:
+                    at += size  # dispatched before its derived writes failed
+                    continue
                 if magic == MAGIC_NORMAL:
                     if channel == CHANNEL_STATE_MACHINE:
                         self._dispatch(index, pos, data[at + HEADER_SIZE:at + size])
@@ -177,6 +210,7 @@ class ReputMessageService:
                         self._dispatch_untagged(index, pos, data[at + HEADER_SIZE:at + size])
                     else:
                         self._note_raw(index)
+                self._dispatched = index
                 at += size
         finally:
             self._write_derived()
@@ -262,6 +296,9 @@ class ReputMessageService:
         assert self.index is not None
         try:
             self.index.put_messages(indexing)
+        except OSError:
+            self._indexing = indexing + self._indexing  # tried again when the disk has room
+            raise
         except (StoreError, ValueError) as error:
             raise StoreFailedError(f"indexing messages at offsets {indexing[0][3]}..{indexing[-1][3]}: "
                                    f"{error}") from error
@@ -273,6 +310,12 @@ class ReputMessageService:
         for (topic, queue_id), batch in batches.items():
             try:
                 batch.queue.put_batch(batch.first_offset, batch.units)
+            except OSError:
+                # This batch and the ones after it are tried again (a put
+                # below the queue's end checks and skips what was written).
+                pending = list(batches)
+                self._units = {key: batches[key] for key in pending[pending.index((topic, queue_id)):]}
+                raise
             except StoreError as error:
                 raise StoreFailedError(f"{topic}/{queue_id} at offset {batch.first_offset}: {error}") from error
 

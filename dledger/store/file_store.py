@@ -22,6 +22,7 @@ import errno
 import logging
 import os
 import shutil
+import time
 import struct
 import threading
 import zlib
@@ -61,6 +62,10 @@ _MAGIC = struct.Struct(">i")
 _HEADER_CRC_FIELD = 36   # chain_crc lives at [36, 40), body_crc at [40, 44)
 # Recovery reads data in chunks of this size (or one whole entry when larger).
 SCAN_CHUNK_BYTES = 4 << 20
+# After an ENOSPC the log stays read-only until this much more than the
+# failed write is free, so that it does not flap between full and not full.
+DISK_FULL_MARGIN = 4 << 20
+CHECKPOINT_ROOM = 64 << 10   # a checkpoint file, its temp copy and directory blocks
 
 
 @dataclass
@@ -135,6 +140,8 @@ class DLedgerFileStore:
         self.flushed_position = 0
         self.committed_index = -1
         self.read_only_reason = ""
+        self._room_needed = 0   # bytes free needed to leave read-only after an ENOSPC
+        self._read_only_logged_at = float("-inf")
         # Set when an fsync failed: the page cache can no longer be trusted
         # to reach the disk (Linux reports a failed writeback once, then
         # clears the error), so the store writes, flushes and acknowledges
@@ -171,6 +178,7 @@ class DLedgerFileStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"flush-{self.config.self_id}")
         try:
             self._recover(checkpoint)
+            self.check_disk()
         except BaseException:
             # A store that refuses to open must not keep fds or a thread behind.
             self._executor.shutdown(wait=True)
@@ -374,6 +382,7 @@ class DLedgerFileStore:
         zeroed again and the error becomes DISK_FULL / DISK_ERROR."""
         end = start + len(data) + (len(more) if more is not None else 0)
         record_start = (self.ledger_end_index + 1) * INDEX_RECORD_SIZE
+        self._check_room_for_segments(end, record_start + len(records))
         try:
             # Create segments first: with preallocation that is where ENOSPC shows.
             self._data.ensure(start, end)
@@ -385,8 +394,7 @@ class DLedgerFileStore:
         except OSError as e:
             self._undo_write(start, end, record_start, len(records))
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                # Read-only until the disk check (retention loop) sees room again.
-                self.read_only_reason = f"the disk holding {self.base_dir} is full: {e.strerror}"
+                raise self._disk_full(e, end - start) from e
             raise _disk_error(e) from e
         self._data.write_position = end
         self._index.write_position = record_start + len(records)
@@ -444,7 +452,13 @@ class DLedgerFileStore:
             # only what is dirty is synced (a truncate must not fsync every
             # segment of a large log on the event loop).
             self._sync(self._data.take_dirty())
-            self.write_checkpoint()
+            try:
+                self.write_checkpoint()
+            except DLedgerError:
+                # Left in place it would point into the dropped entries; without
+                # one, recovery scans the log from its first segment.
+                self._remove_checkpoint()
+                raise
 
     def reset(self, begin_index: int, begin_pos: int, before_begin_term: int,
               before_begin_chain_crc: int) -> None:
@@ -752,7 +766,12 @@ class DLedgerFileStore:
         # must be on disk for that (its data is: it is flushed).
         self._check_not_failed()
         self._sync(self._index.take_dirty())
-        self._write_checkpoint_file()
+        try:
+            self._write_checkpoint_file()
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise self._disk_full(error, CHECKPOINT_ROOM) from error
+            raise
 
     async def write_checkpoint_in_background(self) -> None:
         """The periodic checkpoint: state captured here, fsyncs and the rename
@@ -768,6 +787,11 @@ class DLedgerFileStore:
                                        generation)
         except FsyncError as error:
             raise self._fsync_failed(error) from error
+        except OSError as error:
+            self._index.restore_dirty(index_state)
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise self._disk_full(error, CHECKPOINT_ROOM) from error
+            raise
         except BaseException:
             self._index.restore_dirty(index_state)
             raise
@@ -882,17 +906,65 @@ class DLedgerFileStore:
         self._index.delete_first(count)
 
     def check_disk(self) -> None:
+        """Read-only while the disk is fuller than disk_full_ratio, or has less
+        free space than the last write that failed with ENOSPC needed (plus a
+        segment's worth when one must be created); writable again, by itself,
+        once the room is back. Runs at start-up, every checkpoint interval and
+        before a segment is created."""
         usage = shutil.disk_usage(self.base_dir)
         ratio = usage.used / usage.total if usage.total else 0.0
+        reason = ""
         if ratio > self.config.disk_full_ratio:
-            if not self.read_only_reason:
-                log.warning("disk %.1f%% full, above %.0f%%: refusing appends", ratio * 100,
-                            self.config.disk_full_ratio * 100)
-            self.read_only_reason = (f"disk holding {self.base_dir} is {ratio:.1%} full "
-                                     f"(limit {self.config.disk_full_ratio:.0%}); the log is read-only")
-        elif self.read_only_reason:
-            log.info("disk %.1f%% full: accepting appends again", ratio * 100)
-            self.read_only_reason = ""
+            reason = (f"the disk holding {self.base_dir} is {ratio:.1%} full (limit "
+                      f"{self.config.disk_full_ratio:.0%}); the log is read-only")
+        elif usage.free < self._room_needed:
+            reason = (f"the disk holding {self.base_dir} has {usage.free} bytes free, {self._room_needed} "
+                      f"needed; the log is read-only")
+        self._set_read_only(reason)
+        if not reason:
+            self._room_needed = 0
+
+    def _check_room_for_segments(self, data_end: int, index_end: int) -> None:
+        """Before a write that creates segments: is there room for them?"""
+        room = 0
+        for segments, end in ((self._data, data_end), (self._index, index_end)):
+            if end > 0 and segments.find(end - 1) is None:
+                room += segments.segment_size if self.config.preallocate else ZERO_FILL_BYTES
+        if room and shutil.disk_usage(self.base_dir).free < room:
+            self._room_needed = max(self._room_needed, room)
+            self.check_disk()
+            self._check_writable()
+
+    def _disk_full(self, error: OSError, needed: int) -> DLedgerError:
+        """ENOSPC on any write: read-only (not a crash) until check_disk sees
+        room for what failed and a little more."""
+        self._room_needed = max(self._room_needed, needed + DISK_FULL_MARGIN)
+        self._set_read_only(f"the disk holding {self.base_dir} is full ({error.strerror}); "
+                            f"the log is read-only until {self._room_needed} bytes are free")
+        return DLedgerError(ResponseCode.DISK_FULL, self.read_only_reason)
+
+    def _set_read_only(self, reason: str) -> None:
+        if reason and not self.read_only_reason:
+            # Free bytes and failing writes can disagree (inodes, quotas):
+            # then the state comes and goes, and one line a minute says so.
+            now = time.monotonic()
+            if now - self._read_only_logged_at >= 60.0:
+                self._read_only_logged_at = now
+                log.warning("%s: refusing appends and pushes", reason)
+        elif not reason and self.read_only_reason:
+            log.debug("the disk holding %s has room again: accepting appends", self.base_dir)
+        self.read_only_reason = reason
+
+    def _remove_checkpoint(self) -> None:
+        with self._checkpoint_lock:
+            self._checkpoint_generation += 1
+            try:
+                os.unlink(self.checkpoint_path)
+            except FileNotFoundError:
+                pass
+            self._checkpoint_end_index = -1
+        log.warning("removed the checkpoint %s, which could not be rewritten: the next start scans "
+                    "the whole log", self.checkpoint_path)
 
     # ================================================================= recovery
 

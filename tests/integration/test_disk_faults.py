@@ -4,6 +4,8 @@ may never have received; restarted, it recovers and catches up."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -53,3 +55,69 @@ async def test_a_node_whose_fsync_fails_exits_non_zero_with_a_clear_line(tmp_pat
     finally:
         await client.close()
         cluster.kill_all()
+
+
+def mount_small_disk(path: Path, size_mib: int) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a small filesystem here ({result.stderr.strip() or 'mount failed'}): "
+                    f"the disk-full test needs root or CAP_SYS_ADMIN")
+
+
+@pytest.mark.parametrize("victim_role", ["follower", "leader"])
+async def test_a_node_whose_disk_fills_stays_up_read_only_and_recovers_by_itself(tmp_path: Path, victim_role: str,
+                                                                                 monkeypatch: pytest.MonkeyPatch):
+    # The ratio check would catch a slow fill; this fill is faster than any
+    # check, so the node meets real ENOSPC errors (log, checkpoint, store).
+    monkeypatch.setenv("DLEDGER_DISK_FULL_RATIO", "0.999")
+    cluster = ProcessCluster(tmp_path / "nodes", extra_args=[
+        "--data-file-size", str(4 << 20), "--index-file-size", str(32 << 10), "--preallocate", "true",
+        "--max-entry-size", str(128 << 10)])
+    mounts = [tmp_path / "nodes" / node for node in cluster.ids]
+    mounted: list[Path] = []
+    try:
+        for mount in mounts:
+            mount_small_disk(mount, 96)
+            mounted.append(mount)
+        cluster.start()
+        client = DLedgerClient(list(cluster.addresses.values()), deadline_s=20.0)
+        leader = await find_leader(client, list(cluster.addresses.values()))
+        victim = leader if victim_role == "leader" else next(n for n in cluster.ids if n != leader)
+        ballast = tmp_path / "nodes" / victim / "ballast"
+        free = os.statvfs(ballast.parent).f_bavail * os.statvfs(ballast.parent).f_frsize
+        ballast.write_bytes(bytes(free - (10 << 20)))      # 10 MiB left on the victim's disk
+        body = os.urandom(64 << 10)
+        sent = 0
+
+        async def writer() -> None:
+            nonlocal sent
+            while sent < 400:                              # 25 MiB: well past what the victim can hold
+                sent += 1
+                await client.append([body])
+
+        await asyncio.gather(*(writer() for _ in range(16)))
+        assert victim not in cluster.exited(), f"{victim} exited: {cluster.exited()}"
+        meta = await client.metadata(cluster.addresses[victim])
+        assert meta is not None, f"{victim} stopped answering"
+        end = max(m.ledger_end_index for m in [await client.metadata(a) for a in cluster.addresses.values()] if m)
+        assert meta.ledger_end_index < end, "the victim's disk never filled"
+        ballast.unlink()                                   # room again: no restart, no operator
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            meta = await client.metadata(cluster.addresses[victim])
+            if meta is not None and meta.ledger_end_index >= end:
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError(f"{victim} did not catch up to {end} after space came back")
+        await client.append([b"after"])
+        assert not cluster.exited()
+        text = (tmp_path / "nodes" / f"{victim}.log").read_text()
+        assert "refusing appends" in text and "Traceback" not in text
+        await client.close()
+    finally:
+        cluster.kill_all()
+        for mount in mounted:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)

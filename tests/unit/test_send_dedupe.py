@@ -71,7 +71,7 @@ async def test_a_retry_at_a_new_leader_still_applying_is_answered_not_stored(clu
         reput = cluster.stores[node].reput
         stored_at = next(i for i in range(reput.applied_index, -1, -1)
                          if message_id.encode() in cluster.servers[node].store.get(i).body)
-        reput.progress.applied_index = stored_at - 1          # applied up to just before it...
+        reput.progress.applied_index = reput._dispatched = stored_at - 1  # applied up to just before it...
         cluster.brokers[node].sender.recent._table.pop(("Dedupe", message_id))  # ...so not known yet
     pauses = [apply_paused(cluster.stores[n]) for n in others]
     for pause in pauses:
