@@ -512,7 +512,8 @@ class DLedgerClient:
                 await self._discover_leader()
             target = address or self._leader_address or ""
             request = pb.ReadRequest(header=self._header(), start_index=cursor.next_index,
-                                     end_index=cursor.end_index, include_system=cursor.include_system)
+                                     end_index=cursor.end_index, include_system=cursor.include_system,
+                                     require_leader=address is None)
             cursor.call = (self._stub(target).Read(request), target)
         call, target = cursor.call
         try:

@@ -25,6 +25,7 @@ from dledger.clock import Clock
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
+from dledger.read_index import ReadIndex
 from dledger.status import ServerObserver
 from dledger.transport import Transport, TransportError
 from dledger.vote_rules import ParseResult, VoterView, decide_vote, tally_votes
@@ -62,7 +63,8 @@ class DLedgerLeaderElector:
         self.last_contact: dict[str, float] = {}
         self.leader_since = 0.0
         self.next_preferred_check_at = 0.0
-        self._heartbeats: set[asyncio.Task[None]] = set()
+        self._heartbeats: set[asyncio.Task[bool]] = set()
+        self.read_index = ReadIndex(member_state, self.peers, config.quorum, self._heartbeat, config.rpc_timeout_s)
         member_state.add_listener(self._on_role_change)
 
     def _election_timeout(self) -> float:
@@ -241,7 +243,8 @@ class DLedgerLeaderElector:
             self._heartbeats.add(task)
             task.add_done_callback(self._heartbeats.discard)
 
-    async def _heartbeat(self, peer: str, term: int) -> None:
+    async def _heartbeat(self, peer: str, term: int) -> bool:
+        """One heartbeat; True when the peer accepted our leadership of `term`."""
         ms = self.member_state
         request = pb.HeartBeatRequest(
             header=pb.Header(group=self.config.group, remote_id=peer, local_id=self.config.self_id,
@@ -250,13 +253,15 @@ class DLedgerLeaderElector:
         try:
             response = await self.transport.heartbeat(peer, request, self.config.rpc_timeout_s)
         except TransportError:
-            return
+            return False
         if response.header.term > ms.term:
             log.info("%s answered heartbeat with term %d > %d: stepping down", peer, response.header.term, ms.term)
             ms.adopt_term(response.header.term)
-            return
+            return False
         if ms.term == term and response.header.code == ResponseCode.SUCCESS:
             self.last_contact[peer] = self.clock.now()
+            return True
+        return False
 
     def note_contact(self, peer: str) -> None:
         """Any successful answer from a follower proves the quorum is there."""

@@ -222,13 +222,24 @@ class DLedgerServer:
                                                    request.sequence)
         return pb.AppendResponse(first_index=first, last_index=last, positions=positions)
 
-    def handle_get(self, request: pb.GetRequest) -> pb.GetResponse:
+    async def handle_get(self, request: pb.GetRequest) -> pb.GetResponse:
         self._require_started()
         self.check_group(request.header)
-        if not self.member_state.is_leader:
-            raise self._not_leader()
+        await self.confirm_leadership()
         entry = self.get_committed(request.index)
         return pb.GetResponse(entry=entry_to_pb(entry))
+
+    async def confirm_leadership(self) -> None:
+        """ReadIndex: NOT_LEADER unless this node leads, has committed an
+        entry of its term, and a majority confirmed its leadership after
+        the call began (dledger/read_index.py)."""
+        elector, pusher = self._require_started()
+        if not self.member_state.is_leader:
+            raise self._not_leader()
+        if not pusher.is_ready():
+            raise DLedgerError(ResponseCode.LEADER_NOT_READY,
+                               "a new leader serves reads once an entry of its term is committed")
+        await elector.read_index.confirm()
 
     def get_committed(self, index: int) -> DLedgerEntry:
         store = self.store
@@ -245,6 +256,11 @@ class DLedgerServer:
         """Committed entries of this node's own log, in batches."""
         self._require_started()
         self.check_group(request.header)
+        confirmed = False
+        if request.require_leader or self.member_state.is_leader:
+            # From the leader, a read sees everything committed before it began.
+            await self.confirm_leadership()
+            confirmed = True
         store = self.store
         committed = self.member_state.committed_index
         start = store.ledger_begin_index if request.start_index < 0 else request.start_index
@@ -256,10 +272,10 @@ class DLedgerServer:
             raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
                                f"end {end} is above the committed index {committed}")
         batch_bytes = request.max_batch_bytes if request.max_batch_bytes > 0 else DEFAULT_READ_BATCH_BYTES
-        return self._read_batches(start, end, batch_bytes, request.include_system)
+        return self._read_batches(start, end, batch_bytes, request.include_system, confirmed)
 
     async def _read_batches(self, start: int, end: int, batch_bytes: int,
-                            include_system: bool) -> AsyncIterator[pb.ReadResponse]:
+                            include_system: bool, confirmed: bool) -> AsyncIterator[pb.ReadResponse]:
         index = start
         while index <= end:
             entries = self.store.read_entries(index, end, batch_bytes)
@@ -270,7 +286,8 @@ class DLedgerServer:
                 entries = [e for e in entries if e.magic in USER_MAGICS]
             if entries:
                 yield pb.ReadResponse(entries=[entry_to_pb(e) for e in entries],
-                                      committed_index=self.member_state.committed_index)
+                                      committed_index=self.member_state.committed_index,
+                                      leader_confirmed=confirmed)
 
     def handle_metadata(self, request: pb.MetadataRequest, pid: int, metrics_address: str) -> pb.MetadataResponse:
         self.check_group(request.header)

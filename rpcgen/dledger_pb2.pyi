@@ -232,28 +232,32 @@ class GetResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., entry: _Optional[_Union[Entry, _Mapping]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("header", "start_index", "end_index", "max_batch_bytes", "include_system")
+    __slots__ = ("header", "start_index", "end_index", "max_batch_bytes", "include_system", "require_leader")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     START_INDEX_FIELD_NUMBER: _ClassVar[int]
     END_INDEX_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_LEADER_FIELD_NUMBER: _ClassVar[int]
     header: Header
     start_index: int
     end_index: int
     max_batch_bytes: int
     include_system: bool
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., start_index: _Optional[int] = ..., end_index: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., include_system: _Optional[bool] = ...) -> None: ...
+    require_leader: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., start_index: _Optional[int] = ..., end_index: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., include_system: _Optional[bool] = ..., require_leader: _Optional[bool] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
-    __slots__ = ("header", "entries", "committed_index")
+    __slots__ = ("header", "entries", "committed_index", "leader_confirmed")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEADER_CONFIRMED_FIELD_NUMBER: _ClassVar[int]
     header: Header
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     committed_index: int
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., committed_index: _Optional[int] = ...) -> None: ...
+    leader_confirmed: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., committed_index: _Optional[int] = ..., leader_confirmed: _Optional[bool] = ...) -> None: ...
 
 class MetadataRequest(_message.Message):
     __slots__ = ("header",)
