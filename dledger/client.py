@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
@@ -276,8 +277,15 @@ class DLedgerClient:
         self._next_sequence += 1
         request = pb.AppendRequest(header=self._header(), bodies=bodies, producer_id=self.producer_id,
                                    sequence=sequence if self.producer_id else -1)
+        first_sent: list[float] = []
 
         async def call(stub: Stub) -> pb.AppendResponse:
+            # Every attempt after the first is a retry: the leader recognises
+            # it within its duplicate window, so it says how old it is.
+            if first_sent:
+                request.retry_age_ms = max(1, int((time.monotonic() - first_sent[0]) * 1000))
+            else:
+                first_sent.append(time.monotonic())
             return await stub.Append(request, timeout=self.append_timeout_s)
 
         response = await self._on_leader(call, IDEMPOTENT_APPEND_RETRY if self.producer_id else APPEND_RETRY)

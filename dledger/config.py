@@ -126,6 +126,9 @@ class DLedgerConfig:
     # commit index still needs them (DLedger: 72 h).
     retention_s: float = 72 * 3600.0
     retention_check_interval_s: float = 10.0
+    # Idempotent appends: a retry is recognised this long after its first
+    # attempt (NATS JetStream's duplicate window); see dledger/producer_table.py.
+    producer_window_s: float = 120.0
     disk_full_ratio: float = 0.90         # above this the node refuses appends (DISK_FULL)
 
     # ---- what clients are told. Where a client should connect to reach node

@@ -23,6 +23,7 @@ from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
 from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
 from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
+from dledger.producer_table import Snapshot
 from dledger.store.file_store import AppendHook, DLedgerFileStore
 from dledger.store.properties import write_atomic
 from dledger.tasks import fail_stop, start_task
@@ -192,11 +193,13 @@ class DLedgerServer:
 
     # --------------------------------------------------------- client RPCs
     async def append(self, bodies: Sequence[bytes], producer_id: str = "", sequence: int = -1,
-                     prepare: AppendHook | None = None, channel: int = CHANNEL_LOG_API) -> AppendResult:
+                     prepare: AppendHook | None = None, channel: int = CHANNEL_LOG_API,
+                     retry_age_ms: int = 0) -> AppendResult:
         """Append through this node, which must be the leader; returns
         (first index, last index, positions) once committed. See
         DLedgerEntryPusher.append for `producer_id`, `sequence`, `prepare` and
-        `channel` (the Append RPC always writes CHANNEL_LOG_API)."""
+        `channel` (the Append RPC always writes CHANNEL_LOG_API); `retry_age_ms`
+        is how long ago the client first sent this request (ProducerTable)."""
         _, pusher = self._require_started()
         check_producer_request(producer_id, sequence)
         if not bodies:
@@ -212,14 +215,16 @@ class DLedgerServer:
         if not self.member_state.is_leader:
             raise self._not_leader()
         started = self.clock.now()
-        result = await pusher.append(bodies, producer_id, sequence, prepare, channel)
+        result = await pusher.append(bodies, producer_id, sequence, prepare, channel, retry_age_ms)
         self.observer.on_append(self.clock.now() - started, len(bodies))
         return result
 
     async def handle_append(self, request: pb.AppendRequest) -> pb.AppendResponse:
         self.check_group(request.header)
+        if request.retry_age_ms < 0:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"retry_age_ms {request.retry_age_ms} is negative")
         first, last, positions = await self.append(list(request.bodies), request.producer_id,
-                                                   request.sequence)
+                                                   request.sequence, retry_age_ms=request.retry_age_ms)
         return pb.AppendResponse(first_index=first, last_index=last, positions=positions)
 
     async def handle_get(self, request: pb.GetRequest) -> pb.GetResponse:
@@ -340,19 +345,30 @@ class DLedgerServer:
                 log.warning("cannot save the producer table: %s", error.strerror)
 
     async def _save_producers_in_background(self) -> None:
+        """Only when the table changed; encoded and written in a thread (the
+        loop copies what changed since the last time, nothing more)."""
         assert self.pusher is not None
-        snapshot = self.pusher.producers_snapshot()
-        if snapshot is not None:
-            applied, data = snapshot
-            await asyncio.to_thread(write_atomic, self._producers_path, data)
-            self._producers_snapshot_index = applied
+        captured = self.pusher.producers_snapshot()
+        if captured is None:
+            return
+        applied, encode = captured
+
+        def write() -> Snapshot:
+            snapshot = encode()
+            write_atomic(self._producers_path, snapshot.text.encode("utf-8"))
+            return snapshot
+
+        snapshot = await asyncio.to_thread(write)
+        self.pusher.producers.keep(snapshot)
+        self._producers_snapshot_index = applied
 
     def _save_producers(self) -> None:
         assert self.pusher is not None
-        snapshot = self.pusher.producers_snapshot()
-        if snapshot is not None:
-            write_atomic(self._producers_path, snapshot[1])
-            self._producers_snapshot_index = snapshot[0]
+        captured = self.pusher.producers_snapshot()
+        if captured is not None:
+            snapshot = captured[1]()
+            write_atomic(self._producers_path, snapshot.text.encode("utf-8"))
+            self._producers_snapshot_index = captured[0]
 
     async def _retention(self) -> None:
         while True:

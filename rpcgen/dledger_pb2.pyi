@@ -172,16 +172,18 @@ class LeadershipTransferResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
-    __slots__ = ("header", "bodies", "producer_id", "sequence")
+    __slots__ = ("header", "bodies", "producer_id", "sequence", "retry_age_ms")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     BODIES_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     header: Header
     bodies: _containers.RepeatedScalarFieldContainer[bytes]
     producer_id: str
     sequence: int
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., bodies: _Optional[_Iterable[bytes]] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
+    retry_age_ms: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., bodies: _Optional[_Iterable[bytes]] = ..., producer_id: _Optional[str] = ..., sequence: _Optional[int] = ..., retry_age_ms: _Optional[int] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("header", "first_index", "last_index", "positions")

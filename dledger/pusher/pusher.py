@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import asyncio
 import logging
 import os
+import time
 from collections import OrderedDict
 from typing import Callable, Sequence
 
@@ -23,7 +24,7 @@ from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
 from dledger.pusher.dispatcher import EntryDispatcher
 from dledger.pusher.handler import EntryHandler
-from dledger.producer_table import AppendedRange, ProducerTable, decode_mark, encode_mark
+from dledger.producer_table import AppendedRange, ProducerTable, Snapshot, decode_mark, encode_mark
 from dledger.pusher.quorum import PendingAppend, QuorumAckChecker
 from dledger.tasks import start_task
 from dledger.transport import Transport
@@ -57,7 +58,7 @@ class DLedgerEntryPusher:
         self._term_first_index = 0
         # Idempotent appends: the producer table holds what is committed; this
         # term's own appends (in mark order) answer retries until committed.
-        self.producers = ProducerTable()
+        self.producers = self._new_table()
         self._term_appends: OrderedDict[tuple[str, int], AppendedRange] = OrderedDict()
         member_state.add_listener(self._on_role_change)
 
@@ -115,7 +116,8 @@ class DLedgerEntryPusher:
 
     # ------------------------------------------------------------ appending
     async def append(self, bodies: Sequence[bytes], producer_id: str = "", sequence: int = -1,
-                     prepare: AppendHook | None = None, channel: int = CHANNEL_LOG_API) -> AppendResult:
+                     prepare: AppendHook | None = None, channel: int = CHANNEL_LOG_API,
+                     retry_age_ms: int = 0) -> AppendResult:
         """Append `bodies` and wait for their commit. With a producer id, a
         (producer_id, sequence) the log already holds is answered with its
         original indexes instead of being appended again (and `prepare`, the
@@ -124,14 +126,14 @@ class DLedgerEntryPusher:
         (dledger/entry.py)."""
         self._check_can_append(len(bodies))
         if producer_id:
-            appended = self._appended_before(producer_id, sequence)
+            appended = self._appended_before(producer_id, sequence, retry_age_ms)
             if appended is not None:
                 return await self._wait_for(appended)
         ms = self.member_state
         if not producer_id:
             return await self._wait_for_new(self.store.append_as_leader(bodies, ms.term, prepare=prepare,
                                                                         channel=channel))
-        mark = encode_mark(producer_id, sequence, len(bodies))
+        mark = encode_mark(producer_id, sequence, len(bodies), int(time.time() * 1000))
         placed = self.store.append_as_leader(
             [mark, *bodies], ms.term, magics=[MAGIC_PRODUCER_MARK] + [MAGIC_NORMAL] * len(bodies),
             prepare=None if prepare is None else lambda positions: prepare(positions[1:]), channel=channel)
@@ -166,11 +168,14 @@ class DLedgerEntryPusher:
         return (self._leader_term == self.member_state.term
                 and self.producers.applied_index >= self._term_first_index)
 
-    def _appended_before(self, producer_id: str, sequence: int) -> AppendedRange | None:
+    def _new_table(self) -> ProducerTable:
+        return ProducerTable(window_ms=int(self.config.producer_window_s * 1000))
+
+    def _appended_before(self, producer_id: str, sequence: int, retry_age_ms: int) -> AppendedRange | None:
         appended = self._term_appends.get((producer_id, sequence))
         if appended is not None:
             return appended
-        return self.producers.lookup(producer_id, sequence)
+        return self.producers.lookup(producer_id, sequence, retry_age_ms)
 
     async def _wait_for(self, appended: AppendedRange) -> AppendResult:
         """Answer a retried append with its original range, once committed."""
@@ -214,7 +219,7 @@ class DLedgerEntryPusher:
                                          MAGIC_PRODUCER_MARK)
         if not marks:
             return
-        _, _, count = decode_mark(store.get(marks[-1]).body)
+        count = decode_mark(store.get(marks[-1]).body).count
         if marks[-1] + count > store.ledger_end_index:
             log.warning("dropping the torn idempotent batch at %d..%d (log ends at %d) before leading",
                         marks[-1], marks[-1] + count, store.ledger_end_index)
@@ -226,10 +231,10 @@ class DLedgerEntryPusher:
         A snapshot the log cannot continue (entries after it were deleted, or
         it is ahead of the log) is dropped and the table rebuilt from the log."""
         store = self.store
-        table = ProducerTable()
+        table = self._new_table()
         if os.path.exists(path):
             with open(path, encoding="utf-8") as file:
-                snapshot = ProducerTable.from_json(file.read())
+                snapshot = ProducerTable.from_json(file.read(), window_ms=table.window_ms)
             if store.ledger_begin_index - 1 <= snapshot.applied_index <= store.ledger_end_index:
                 table = snapshot
             else:
@@ -241,13 +246,15 @@ class DLedgerEntryPusher:
         self.apply_committed(self.member_state.committed_index)
         log.info("producer table: %d producers, applied to %d", len(table), table.applied_index)
 
-    def producers_snapshot(self) -> tuple[int, bytes] | None:
-        """(index covered, file content) of the table, if everything it covers
-        is on disk; None to skip this time. The caller writes the file."""
+    def producers_snapshot(self) -> tuple[int, Callable[[], Snapshot]] | None:
+        """(index covered, the table's encoder: see ProducerTable.capture) if
+        everything it covers is on disk and it changed; None to skip this
+        time. The caller encodes and writes the file."""
         table = self.producers
         if table.applied_index > self.store.flushed_index:
             return None
-        return table.applied_index, table.to_json().encode("utf-8")
+        encode = table.capture()
+        return None if encode is None else (table.applied_index, encode)
 
     # -------------------------------------------------------- applying commits
     def apply_committed(self, committed: int) -> None:
@@ -258,8 +265,7 @@ class DLedgerEntryPusher:
         if committed < start:
             return
         for index in store.indexes_with_magic(start, committed, MAGIC_PRODUCER_MARK):
-            producer_id, sequence, count = decode_mark(store.get(index).body)
-            table.apply_mark(index, producer_id, sequence, count)
+            table.apply_mark(index, decode_mark(store.get(index).body))
         table.advance(committed)
         while self._term_appends:
             key, appended = next(iter(self._term_appends.items()))

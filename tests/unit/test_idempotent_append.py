@@ -4,12 +4,14 @@ after a restart; the producer table itself; and what readers see of the marks.""
 from __future__ import annotations
 
 import asyncio
+import json
+import struct
 
 import pytest
 
 from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL, MAGIC_PRODUCER_MARK
 from dledger.errors import DLedgerError, ResponseCode
-from dledger.producer_table import AppendedRange, ProducerTable, decode_mark, encode_mark
+from dledger.producer_table import AppendedRange, Mark, ProducerTable, decode_mark, encode_mark
 from rpcgen import dledger_pb2 as pb
 from tests.unit.raft_harness import Cluster
 
@@ -32,14 +34,20 @@ def user_bodies(cluster: Cluster, node: str) -> list[bytes]:
 
 # ------------------------------------------------------------- the table
 
-def test_mark_body_round_trip():
-    assert decode_mark(encode_mark("producer-ü", 7, 3)) == ("producer-ü", 7, 3)
+def test_mark_body_round_trip_in_both_versions():
+    assert decode_mark(encode_mark("producer-ü", 7, 3, 1_700_000_000_123)) == Mark("producer-ü", 7, 3, 1_700_000_000_123)
+    v1 = struct.pack(">qi", 7, 3) + "producer-ü".encode()   # written by earlier versions
+    assert decode_mark(v1) == Mark("producer-ü", 7, 3, 0)
+
+
+def mark(producer: str, sequence: int, count: int = 1, at_ms: int = 0) -> Mark:
+    return Mark(producer, sequence, count, at_ms)
 
 
 def test_table_answers_known_sequences_and_refuses_forgotten_ones():
-    table = ProducerTable(window=2)
+    table = ProducerTable(sequences=2)
     for sequence in range(3):
-        table.apply_mark(mark_index=10 * sequence, producer_id="p", sequence=sequence, count=2)
+        table.apply_mark(10 * sequence, mark("p", sequence, 2))
     assert table.lookup("p", 2) == AppendedRange(21, 22)
     assert table.lookup("p", 1) == AppendedRange(11, 12)
     assert table.lookup("p", 3) is None          # new
@@ -49,25 +57,60 @@ def test_table_answers_known_sequences_and_refuses_forgotten_ones():
     assert e.value.code is ResponseCode.REPEATED_REQUEST
 
 
-def test_table_forgets_the_least_recently_active_producers():
-    table = ProducerTable(max_producers=2)
-    table.apply_mark(1, "a", 0, 1)
-    table.apply_mark(3, "b", 0, 1)
-    table.apply_mark(5, "a", 1, 1)
-    table.apply_mark(7, "c", 0, 1)               # b is the least recently active
-    assert table.lookup("b", 0) is None and table.lookup("a", 1) is not None and len(table) == 2
+def test_a_retry_older_than_the_window_is_refused_not_appended_twice():
+    table = ProducerTable(window_ms=10_000)
+    table.apply_mark(1, mark("p", 0, at_ms=1_000_000))
+    assert table.lookup("p", 0, retry_age_ms=60_000) == AppendedRange(2, 2)   # held: answered
+    assert table.lookup("p", 1, retry_age_ms=9_000) is None                    # within the window: new
+    with pytest.raises(DLedgerError) as e:
+        table.lookup("p", 1, retry_age_ms=11_000)
+    assert e.value.code is ResponseCode.REPEATED_REQUEST and "duplicate window" in e.value.message
 
 
-def test_table_snapshot_round_trip():
-    table = ProducerTable(window=3)
+def test_producers_are_forgotten_by_log_time_not_by_count():
+    table = ProducerTable(window_ms=10_000)
+    table.apply_mark(1, mark("old", 0, at_ms=1_000_000))
+    for i in range(100):
+        table.apply_mark(3 + 2 * i, mark(f"p{i}", 0, at_ms=1_000_000 + 100 * i))
+    assert table.lookup("old", 0) == AppendedRange(2, 2)      # within two windows of the log's time
+    table.apply_mark(1000, mark("late", 0, at_ms=1_000_000 + 20_001))
+    assert table.lookup("old", 0) is None and len(table) == 100   # "old" went, by age alone
+
+
+def test_the_count_bound_refuses_retries_from_unknown_producers_while_it_bites():
+    table = ProducerTable(max_producers=2, window_ms=10_000)
+    table.apply_mark(1, mark("a", 0, at_ms=1_000))
+    table.apply_mark(3, mark("b", 0, at_ms=1_001))
+    table.apply_mark(5, mark("c", 0, at_ms=1_002))               # "a" dropped early, inside its window
+    assert len(table) == 2 and table.lookup("b", 0) is not None
+    assert table.lookup("a", 1) is None                           # a first attempt: fine
+    with pytest.raises(DLedgerError) as e:
+        table.lookup("a", 0, retry_age_ms=5)                      # a retry it cannot judge
+    assert e.value.code is ResponseCode.REPEATED_REQUEST
+
+
+def test_table_snapshot_round_trip_and_incremental_encoding():
+    table = ProducerTable(sequences=3)
     for sequence in range(5):
-        table.apply_mark(2 * sequence, "p", sequence, 1)
-    table.advance(9)
-    restored = ProducerTable.from_json(table.to_json(), window=3)
-    assert restored.applied_index == 9
+        table.apply_mark(2 * sequence, mark("p", sequence, at_ms=5_000 + sequence))
+    table.apply_mark(20, mark("q", 0, at_ms=6_000))
+    table.advance(21)
+    restored = ProducerTable.from_json(table.to_json(), sequences=3)
+    assert restored.applied_index == 21 and restored.log_time_ms == 6_000
     assert restored.lookup("p", 4) == AppendedRange(9, 9)
     with pytest.raises(DLedgerError):
         restored.lookup("p", 1)
+    assert table.capture() is None                                # unchanged: nothing to write
+    table.apply_mark(30, mark("q", 1, at_ms=6_001))
+    table.advance(31)
+    encode = table.capture()
+    assert encode is not None
+    snapshot = encode()
+    assert set(snapshot.encoded) == {"q"}                         # only what changed is encoded again
+    table.keep(snapshot)
+    assert json.loads(snapshot.text) == json.loads(table.to_json())
+    again = ProducerTable.from_json(snapshot.text, sequences=3)
+    assert again.lookup("q", 1) == AppendedRange(31, 31) and again.lookup("p", 4) == AppendedRange(9, 9)
 
 
 # ------------------------------------------------------------- the cluster
@@ -132,7 +175,7 @@ async def test_the_table_survives_a_whole_cluster_restart(cluster: Cluster):
 async def test_a_sequence_older_than_the_window_is_refused(cluster: Cluster):
     leader = cluster.servers[await cluster.wait_leader()]
     for server in cluster.servers.values():
-        server.pusher.producers.window = 2
+        server.pusher.producers.sequences = 2
     for sequence in range(4):
         await leader.append([b"%d" % sequence], producer_id="p", sequence=sequence)
     with pytest.raises(DLedgerError) as e:
@@ -188,7 +231,7 @@ async def test_a_torn_batch_at_the_end_of_a_new_leaders_log_is_dropped(tmp_path)
     # n0 holds the first half of a batch a leader of `term` was pushing when it died.
     store = DLedgerFileStore(c.configs["n0"])
     store.open()
-    store.append_as_leader([encode_mark("p", 0, 3), b"b1"], term, magics=[MAGIC_PRODUCER_MARK, MAGIC_NORMAL])
+    store.append_as_leader([encode_mark("p", 0, 3, 0), b"b1"], term, magics=[MAGIC_PRODUCER_MARK, MAGIC_NORMAL])
     store.close()
     await c.start("n0")
     await c.start("n1")
@@ -200,3 +243,17 @@ async def test_a_torn_batch_at_the_end_of_a_new_leaders_log_is_dropped(tmp_path)
     for node in c.servers:
         assert user_bodies(c, node) == [b"b1", b"b2", b"b3"]
     await c.stop()
+
+
+async def test_a_retry_outside_the_duplicate_window_is_refused_by_the_leader(cluster: Cluster):
+    leader = cluster.servers[await cluster.wait_leader()]
+    window_ms = cluster.configs[leader.config.self_id].producer_window_s * 1000
+    await leader.append([b"a"], producer_id="p", sequence=0)
+    # An evicted or never-seen producer's old retry: nothing can tell whether
+    # it was appended, so it is not appended (again).
+    with pytest.raises(DLedgerError) as e:
+        await leader.append([b"b"], producer_id="q", sequence=0, retry_age_ms=int(window_ms) + 1)
+    assert e.value.code is ResponseCode.REPEATED_REQUEST
+    assert (await leader.append([b"a"], producer_id="p", sequence=0, retry_age_ms=int(window_ms) + 1))[0] >= 0
+    await cluster.wait_converged()
+    assert user_bodies(cluster, leader.config.self_id) == [b"a"]
