@@ -1,7 +1,6 @@
 """Raw-stub helpers for the consumption tests: send, receive, ack, and
-creating topics and consumer groups with settings no RPC of the protocol sets
-(FIFO, retry_max_times, a queue count) by appending the store's own system
-entry through the replicated log."""
+creating topics and consumer groups with settings no RPC of the RocketMQ
+protocol sets (FIFO, retry_max_times, a queue count) through our AdminService."""
 from __future__ import annotations
 
 import asyncio
@@ -11,13 +10,12 @@ import uuid
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from dledger.client import DLedgerClient
+from broker.client.admin import AdminClient
+from broker.client.errors import ClientError
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
-from store.subscription_group import SubscriptionGroupConfig, group_update_payload
-from store.system_entry import SystemKind, encode_system_entry
-from store.topic_config import MESSAGE_TYPE_ATTRIBUTE, TopicConfig, topic_update_payload
+from store.subscription_group import SubscriptionGroupConfig
 
 METADATA = [("x-mq-client-id", "consume-test@1")]
 Stub = service_pb2_grpc.MessagingServiceStub
@@ -92,18 +90,12 @@ async def change_invisible(stub: Stub, group: str, topic: str, handle: str, seco
 # ------------------------------------------------------- topics and groups
 
 
-async def append_system_entry(addresses: list[str], kind: int, payload: dict) -> None:
-    client = DLedgerClient(addresses)
-    try:
-        await client.append([encode_system_entry(kind, payload)])
-    finally:
-        await client.close()
-
-
 async def create_topic(addresses: list[str], stub: Stub, topic: str, queues: int, message_type: str = "MIXED") -> None:
-    config = TopicConfig(topic, read_queue_nums=queues, write_queue_nums=queues,
-                         attributes={MESSAGE_TYPE_ATTRIBUTE: message_type})
-    await append_system_entry(addresses, SystemKind.TOPIC_UPDATE, topic_update_payload(config))
+    async with AdminClient(addresses) as admin:
+        try:
+            await admin.create_topic(topic, queues, message_type.lower())
+        except ClientError:   # it exists, with other settings
+            await admin.update_topic(topic, queues, message_type.lower())
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:   # QueryOffset creates nothing: it finds the topic once applied
         answer = await stub.QueryOffset(spb.QueryOffsetRequest(
@@ -117,7 +109,11 @@ async def create_topic(addresses: list[str], stub: Stub, topic: str, queues: int
 async def create_group(addresses: list[str], stub: Stub, config: SubscriptionGroupConfig) -> pb.Settings:
     """Write the group's config, then wait until the leader's Telemetry
     settings for a consumer of it reflect it; returns those settings."""
-    await append_system_entry(addresses, SystemKind.GROUP_UPDATE, group_update_payload(config))
+    async with AdminClient(addresses) as admin:
+        _, created = await admin.create_group(config.group_name, config.retry_max_times,
+                                              config.consume_message_orderly)
+        if not created:
+            await admin.update_group(config.group_name, config.retry_max_times, config.consume_message_orderly)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         settings = await consumer_settings(stub, config.group_name)
