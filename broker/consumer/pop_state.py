@@ -54,6 +54,16 @@ from store.system_entry import SystemKind
 POP_OPS_KIND = SystemKind.BROKER_BASE
 # Receives remembered by attempt id (a retried receive gets the same batch back).
 ATTEMPT_CACHE_SIZE = 10_000
+# Ended leases remembered with how they ended: an ack reads back whether it
+# was its own op that ended the lease. Far more than the leases a few entries
+# in flight can end (at most 1,000 ops of 32 messages each per entry).
+ENDED_LEASES_KEPT = 100_000
+
+# How a lease stopped being current (LeaseEnd.how).
+ACKED = "acked"
+DEAD = "dead-lettered"
+CHANGED = "changed"              # ChangeInvisibleDuration: the successor carries on the handle's lineage
+REDELIVERED = "redelivered"
 
 QueueKey = tuple[str, str, int]  # consumer group, topic, queue id
 ReleaseListener = Callable[[str, str], None]  # (group, topic): messages may have become deliverable
@@ -277,6 +287,13 @@ def decode_op(data: dict[str, Any]) -> Op:
 # ================================================================ manager
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseEnd:
+    """How a lease ended, and the lease that replaced it if one did."""
+    how: str
+    successor: int | None = None
+
+
 @dataclass(frozen=True)
 class RecentReceive:
     """What a receive with an attempt id got: a retry with the same id gets it again."""
@@ -299,6 +316,9 @@ class PopStateManager(ConfigManager):
         self._by_subscription: dict[tuple[str, str], dict[int, PopQueue]] = {}
         self.release_listeners: list[ReleaseListener] = []
         self._recent: OrderedDict[tuple[str, str], RecentReceive] = OrderedDict()
+        # Derived from the ops applied, not snapshotted: only read back by the
+        # leader right after its own entry is applied (see lease_end).
+        self._ended: OrderedDict[tuple[QueueKey, int, int], LeaseEnd] = OrderedDict()
 
     # ------------------------------------------------------------- queries
     def queue(self, group: str, topic: str, queue_id: int) -> PopQueue | None:
@@ -310,6 +330,20 @@ class PopStateManager(ConfigManager):
     def lease_of(self, group: str, topic: str, queue_id: int, offset: int) -> Lease | None:
         queue = self.queues.get((group, topic, queue_id))
         return queue.in_flight.get(offset) if queue is not None else None
+
+    def lease_end(self, group: str, topic: str, queue_id: int, offset: int, lease: int) -> LeaseEnd | None:
+        """How `lease` ended, following its renewals by ChangeInvisibleDuration
+        (the lineage of one receipt handle): the last renewal's end, or a
+        CHANGED end whose successor is still current. None when the lease is
+        current or ended too long ago to be remembered."""
+        key = (group, topic, queue_id)
+        end = self._ended.get((key, offset, lease))
+        while end is not None and end.how == CHANGED and end.successor is not None:
+            renewed = self._ended.get((key, offset, end.successor))
+            if renewed is None:
+                return end
+            end = renewed
+        return end
 
     def next_deadline(self, group: str, topic: str) -> int | None:
         deadlines = [d for q in self.queues_of(group, topic).values() if (d := q.next_deadline()) is not None]
@@ -341,16 +375,25 @@ class PopStateManager(ConfigManager):
             self._apply_pop(index, op)
             return False
         if isinstance(op, AckOp):
-            queue = self.queues.get((op.group, op.topic, op.queue_id))
+            key = (op.group, op.topic, op.queue_id)
+            queue = self.queues.get(key)
             if queue is None:
                 return False
-            return any([queue.release(offset, lease) is not None for offset, lease in op.acks])
+            end = LeaseEnd(DEAD if op.dead else ACKED)
+            released = False
+            for offset, lease_id in op.acks:
+                if queue.release(offset, lease_id) is not None:
+                    self._record_end(key, offset, lease_id, end)
+                    released = True
+            return released
         if isinstance(op, ChangeOp):
-            queue = self.queues.get((op.group, op.topic, op.queue_id))
+            key = (op.group, op.topic, op.queue_id)
+            queue = self.queues.get(key)
             lease = queue.in_flight.get(op.offset) if queue is not None else None
             if queue is None or lease is None or lease.lease != op.lease:
                 return False
             queue.grant(op.offset, Lease(index, op.deadline_ms, lease.attempt, lease.message_group))
+            self._record_end(key, op.offset, op.lease, LeaseEnd(CHANGED, index))
             return True
         self._set_queue((op.group, op.topic, op.queue_id), PopQueue(op.offset))
         return True
@@ -375,6 +418,7 @@ class PopStateManager(ConfigManager):
             lease = queue.in_flight.get(offset)
             if lease is not None and lease.lease == expired_lease:
                 queue.grant(offset, Lease(index, op.deadline_ms, attempt, lease.message_group))
+                self._record_end(key, offset, expired_lease, LeaseEnd(REDELIVERED, index))
                 granted.append((op.queue_id, offset))
         for offset in op.unblock:
             message_group = queue.blocked.pop(offset, None)
@@ -396,6 +440,11 @@ class PopStateManager(ConfigManager):
         self._recent.move_to_end(key)
         while len(self._recent) > ATTEMPT_CACHE_SIZE:
             self._recent.popitem(last=False)
+
+    def _record_end(self, key: QueueKey, offset: int, lease: int, end: LeaseEnd) -> None:
+        self._ended[(key, offset, lease)] = end
+        if len(self._ended) > ENDED_LEASES_KEPT:
+            self._ended.popitem(last=False)
 
     def _set_queue(self, key: QueueKey, queue: PopQueue) -> PopQueue:
         self.queues[key] = queue
