@@ -21,7 +21,7 @@ from datetime import timedelta
 from broker import validation
 from broker.consumer.committer import PopCommitter
 from broker.consumer.dead_letter import DeadLetter, DeadLetterService
-from broker.consumer.pop_state import ACKED, CHANGED, DEAD, REDELIVERED, AckOp, ChangeOp, Lease, LeaseEnd, PopStateManager
+from broker.consumer.pop_state import ACKED, CHANGED, DEAD, DYING, REDELIVERED, AckOp, ChangeOp, Lease, LeaseEnd, PopStateManager
 from broker.consumer.receipt import ReceiptHandle, invalid_handle
 from broker.consumer.receive import WallClock, wall_clock_ms
 from broker.consumer.source import StoreQueueSource
@@ -128,7 +128,9 @@ class AckService:
         message = StoreQueueSource(self.store, topic, handle.queue_id).read(handle.offset)
         letter = DeadLetter(handle.queue_id, handle.offset, handle.lease, max(lease.attempt, request.delivery_attempt),
                             message)
-        await self.dead_letters.forward(group, topic, [letter], "forwarded by the consumer")
+        if not await self.dead_letters.forward(group, topic, [letter], "forwarded by the consumer", self.clock()):
+            end = self.state.lease_end(group, topic, handle.queue_id, handle.offset, handle.lease)
+            raise invalid_handle(f"the lease ended before the message could be moved ({end.how if end else 'reset'})")
         return spb.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
 
@@ -144,7 +146,7 @@ def _lost_ack_reason(end: LeaseEnd | None) -> str:
                 "so the message stays in flight (ack with the handle that call returned)")
     if end is not None and end.how == REDELIVERED:
         return "the receipt handle was superseded: the lease ran out and the message was delivered again first"
-    if end is not None and end.how == DEAD:
+    if end is not None and end.how in (DEAD, DYING):
         return "the message was moved to the dead-letter queue before this ack took effect"
     return "the lease ended before this ack took effect (the message was acknowledged, moved, or its offset reset)"
 

@@ -32,7 +32,10 @@ not applied everything) is a no-op on every replica alike:
             expired under; a blocked offset only while it is blocked
     ack     ends the lease only if it is still the one named
     change  moves the deadline (a new lease id) only if the lease is the one named
-    dead    like ack: the message went to the dead-letter queue
+    dying   the first step of a move to the dead-letter queue: replaces the
+            lease named (if current) by one that is expired and out of
+            attempts, so an ack and the move cannot both win
+    dead    like ack, on the dying lease: the message went to the dead-letter queue
     reset   sets the frontier, dropping the queue's leases and blocked offsets
 
 The leader reads the outcome back (`lease_of`) before it answers a client.
@@ -64,6 +67,7 @@ ACKED = "acked"
 DEAD = "dead-lettered"
 CHANGED = "changed"              # ChangeInvisibleDuration: the successor carries on the handle's lineage
 REDELIVERED = "redelivered"
+DYING = "dying"                  # claimed for the dead-letter queue; the successor is ended by a dead op
 
 QueueKey = tuple[str, str, int]  # consumer group, topic, queue id
 ReleaseListener = Callable[[str, str], None]  # (group, topic): messages may have become deliverable
@@ -254,6 +258,32 @@ class ChangeOp:
 
 
 @dataclass
+class DyingOp:
+    """Claim leases for the dead-letter queue, before the copy is written:
+    each (offset, lease, attempt) whose lease is still current is replaced by
+    this entry's, ending at `deadline_ms` (now: it is expired) with `attempt`
+    (at least the group's last: no receive delivers it again). An ack with
+    the older handle then does nothing, and the copy is written only for the
+    leases this op took. A leader that fails before the `dead` op leaves the
+    message leased expired and out of attempts, so the next leader's revive
+    moves it (a second copy at worst, never a lost message)."""
+    group: str
+    topic: str
+    queue_id: int
+    deadline_ms: int
+    claims: list[tuple[int, int, int]]   # (offset, lease, attempt)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": "dying", "group": self.group, "topic": self.topic, "queue": self.queue_id,
+                "deadline": self.deadline_ms, "claims": [list(c) for c in self.claims]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DyingOp:
+        return cls(data["group"], data["topic"], int(data["queue"]), int(data["deadline"]),
+                   [(int(o), int(l), int(a)) for o, l, a in data["claims"]])
+
+
+@dataclass
 class ResetOp:
     """Start the queue over at `offset` (UpdateOffset, an offset reset)."""
     group: str
@@ -270,10 +300,10 @@ class ResetOp:
         return cls(data["group"], data["topic"], int(data["queue"]), int(data["offset"]))
 
 
-Op = PopOp | AckOp | ChangeOp | ResetOp
+Op = PopOp | AckOp | ChangeOp | DyingOp | ResetOp
 _DECODERS: dict[str, Callable[[dict[str, Any]], Op]] = {
     "pop": PopOp.from_json, "ack": AckOp.from_json, "dead": AckOp.from_json,
-    "change": ChangeOp.from_json, "reset": ResetOp.from_json}
+    "change": ChangeOp.from_json, "dying": DyingOp.from_json, "reset": ResetOp.from_json}
 
 
 def ops_payload(ops: list[Op]) -> dict[str, Any]:
@@ -395,6 +425,9 @@ class PopStateManager(ConfigManager):
             queue.grant(op.offset, Lease(index, op.deadline_ms, lease.attempt, lease.message_group))
             self._record_end(key, op.offset, op.lease, LeaseEnd(CHANGED, index))
             return True
+        if isinstance(op, DyingOp):
+            self._apply_dying(index, op)
+            return False
         self._set_queue((op.group, op.topic, op.queue_id), PopQueue(op.offset))
         return True
 
@@ -429,6 +462,17 @@ class PopStateManager(ConfigManager):
             queue.blocked.pop(offset, None)
         if op.attempt_id is not None:
             self._remember(op.group, op.attempt_id, index, op.topic, granted)
+
+    def _apply_dying(self, index: int, op: DyingOp) -> None:
+        key = (op.group, op.topic, op.queue_id)
+        queue = self.queues.get(key)
+        if queue is None:
+            return
+        for offset, lease_id, attempt in op.claims:
+            lease = queue.in_flight.get(offset)
+            if lease is not None and lease.lease == lease_id:
+                queue.grant(offset, Lease(index, op.deadline_ms, attempt, lease.message_group))
+                self._record_end(key, offset, lease_id, LeaseEnd(DYING, index))
 
     def _remember(self, group: str, attempt_id: str, index: int, topic: str, granted: list[tuple[int, int]]) -> None:
         key = (group, attempt_id)

@@ -95,9 +95,11 @@ class ReviveService:
                     due[(group, topic)].append(DeadLetter(queue_id, offset, lease.lease, lease.attempt,
                                                           source.read(offset)))
                     room -= 1
+        moved = 0
         for (group, topic), letters in due.items():
-            await self.dead_letters.forward(group, topic, letters, f"no ack after {letters[0].attempt} attempt(s)")
-        return sum(len(letters) for letters in due.values())
+            moved += len(await self.dead_letters.forward(group, topic, letters,
+                                                         f"no ack after {letters[0].attempt} attempt(s)", now))
+        return moved
 
     async def commit_offsets(self) -> int:
         """Write consumed offsets that moved; returns how many."""
