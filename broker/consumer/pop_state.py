@@ -36,6 +36,7 @@ not applied everything) is a no-op on every replica alike:
             lease named (if current) by one that is expired and out of
             attempts, so an ack and the move cannot both win
     dead    like ack, on the dying lease: the message went to the dead-letter queue
+    (a pop's `filtered` ends expired leases like an ack: see selection.py)
     reset   sets the frontier, dropping the queue's leases and blocked offsets
 
 The leader reads the outcome back (`lease_of`) before it answers a client.
@@ -67,6 +68,7 @@ ACKED = "acked"
 DEAD = "dead-lettered"
 CHANGED = "changed"              # ChangeInvisibleDuration: the successor carries on the handle's lineage
 REDELIVERED = "redelivered"
+FILTERED = "filtered"            # the message no longer matches the group's filter
 DYING = "dying"                  # claimed for the dead-letter queue; the successor is ended by a dead op
 
 QueueKey = tuple[str, str, int]  # consumer group, topic, queue id
@@ -176,7 +178,11 @@ class PopOp:
     blocked: list[tuple[int, str]] = field(default_factory=list)
     redo: list[tuple[int, int, int]] = field(default_factory=list)  # (offset, expired lease, attempt now)
     unblock: list[int] = field(default_factory=list)
-    dropped: list[int] = field(default_factory=list)   # blocked offsets whose message retention removed
+    # Blocked offsets let go: retention removed the message, or it no longer matches the filter.
+    dropped: list[int] = field(default_factory=list)
+    # (offset, expired lease): ended without a delivery, because the message
+    # does not match the group's filter any more (see selection.py)
+    filtered: list[tuple[int, int]] = field(default_factory=list)
     attempt_id: str | None = None
     # Where the group starts on a queue it never popped (the leader decided
     # with no state for it); the scan must still start there to count.
@@ -197,6 +203,8 @@ class PopOp:
             data["unblock"] = self.unblock
         if self.dropped:
             data["dropped"] = self.dropped
+        if self.filtered:
+            data["filtered"] = [list(f) for f in self.filtered]
         if self.attempt_id is not None:
             data["attemptId"] = self.attempt_id
         if self.initial is not None:
@@ -210,6 +218,7 @@ class PopOp:
                    [(int(o), str(g)) for o, g in data.get("blocked", ())],
                    [(int(o), int(l), int(a)) for o, l, a in data.get("redo", ())],
                    [int(o) for o in data.get("unblock", ())], [int(o) for o in data.get("dropped", ())],
+                   [(int(o), int(l)) for o, l in data.get("filtered", ())],
                    data.get("attemptId"), int(data["initial"]) if "initial" in data else None)
 
     @property
@@ -460,6 +469,9 @@ class PopStateManager(ConfigManager):
                 granted.append((op.queue_id, offset))
         for offset in op.dropped:
             queue.blocked.pop(offset, None)
+        for offset, expired_lease in op.filtered:
+            if queue.release(offset, expired_lease) is not None:
+                self._record_end(key, offset, expired_lease, LeaseEnd(FILTERED))
         if op.attempt_id is not None:
             self._remember(op.group, op.attempt_id, index, op.topic, granted)
 

@@ -393,3 +393,39 @@ def test_stale_heap_entries_are_compacted():
         queue.release(i, i)
     assert len(queue._deadlines) <= 1024 + 2
     assert queue.next_deadline() is None and MATCH_ALL.matches_all
+
+
+# ---------------------------------------------------------- filter changes
+
+
+def tagged(*tags: str, groups: list[str] | None = None) -> ListSource:
+    return ListSource([MessageExt(topic=T, body=b"m%d" % offset, queue_offset=offset,
+                                  properties={mc.UNIQ_KEY: f"id{offset}", mc.TAGS: tag,
+                                              **({mc.MESSAGE_GROUP: groups[offset]} if groups else {})})
+                       for offset, tag in enumerate(tags)])
+
+
+@pytest.mark.parametrize("fifo", [False, True])
+def test_an_expired_lease_whose_message_no_longer_matches_the_filter_is_filtered_out(state, fifo):
+    # Received with *, never acked, then the group subscribes to TagA only:
+    # the TagB leases used to be skipped for good, never dead-lettered, and
+    # held the group's consumed offset at 0 forever.
+    source = tagged("TagB", "TagB", "TagB", "TagA", groups=["g1", "g2", "g3", "g4"] if fifo else None)
+    assert pop(state, 10, source, batch=3, fifo=fifo) == [0, 1, 2]
+    later = NOW + 10_001
+    assert pop(state, 11, source, batch=8, now=later, tags="TagA", fifo=fifo) == [3]
+    queue = state.queue(G, T, 0)
+    assert sorted(queue.in_flight) == [3] and queue.consumed_offset() == 3
+    assert state.lease_end(G, T, 0, 0, 10).how == "filtered"
+    # A lease still running is the consumer's: it is not taken away.
+    assert pop(state, 12, source, batch=8, now=later, tags="TagB", fifo=fifo) == []
+    assert sorted(queue.in_flight) == [3]
+
+
+def test_filtered_out_leases_are_bounded_per_receive(state, monkeypatch):
+    from broker.consumer import selection
+    monkeypatch.setattr(selection, "FILTERED_PER_RECEIVE", 4)
+    source = tagged(*["TagB"] * 10)
+    assert pop(state, 10, source, batch=10) == list(range(10))
+    assert pop(state, 11, source, batch=8, now=NOW + 10_001, tags="TagA") == []
+    assert len(state.queue(G, T, 0).in_flight) == 6
