@@ -515,7 +515,12 @@ class PopStateManager(ConfigManager):
         # against seconds for the whole encoding).
         queues = sorted(((key, queue.pop_offset, dict(queue.in_flight), dict(queue.blocked))
                          for key, queue in self.queues.items()), key=lambda item: item[0])
-        return lambda: {"popQueues": [_encode_queue(*item) for item in queues]}
+        # Receives by attempt id are state too (derived from the ops, in log
+        # order): a node restarted from this file must answer a retry alike.
+        recent = list(self._recent.items())
+        return lambda: {"popQueues": [_encode_queue(*item) for item in queues],
+                        "recentReceives": [[group, attempt_id, r.index, r.topic, [list(o) for o in r.offsets]]
+                                           for (group, attempt_id), r in recent]}
 
     def encode(self) -> dict[str, Any]:
         return self.capture()()
@@ -526,6 +531,10 @@ class PopStateManager(ConfigManager):
             queue = self._set_queue((item["group"], item["topic"], int(item["queue"])), PopQueue(int(item["popOffset"])))
             queue.restore(_decode_in_flight(item["inFlight"]))
             queue.blocked = {int(o): str(mg) for o, mg in item["blocked"]}
+        # Files written before attempt ids were kept have none.
+        self._recent = OrderedDict(((str(group), str(attempt_id)), RecentReceive(
+            int(index), str(topic), tuple((int(q), int(o)) for q, o in offsets)))
+            for group, attempt_id, index, topic, offsets in data.get("recentReceives", ()))
 
 
 def _encode_queue(key: QueueKey, pop_offset: int, in_flight: dict[int, Lease], blocked: dict[int, str]

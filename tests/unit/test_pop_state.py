@@ -429,3 +429,16 @@ def test_filtered_out_leases_are_bounded_per_receive(state, monkeypatch):
     assert pop(state, 10, source, batch=10) == list(range(10))
     assert pop(state, 11, source, batch=8, now=NOW + 10_001, tags="TagA") == []
     assert len(state.queue(G, T, 0).in_flight) == 6
+
+
+def test_receive_attempt_ids_survive_a_restart_from_the_snapshot(state, tmp_path):
+    # They were neither in popState.json nor in metadata snapshots: a node
+    # restarted from its file answered a retried receive with nothing.
+    selection = select(Request(G, T, 0, 2, NOW + 10_000, NOW, 17, MATCH_ALL, attempt_id="a1"), None, 0, None,
+                       messages(4))
+    apply(state, 10, selection.op)
+    state.persist(force=True)
+    restarted = PopStateManager(str(tmp_path))
+    restarted.load()
+    assert restarted.recent_receive(G, "a1") == state.recent_receive(G, "a1") is not None
+    assert restarted.encode() == state.encode()
