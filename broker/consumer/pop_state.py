@@ -88,16 +88,22 @@ class Lease:
 class PopQueue:
     """One (group, topic, queue)'s pop state; see the module doc."""
 
-    __slots__ = ("pop_offset", "in_flight", "blocked", "_deadlines", "_expired")
+    __slots__ = ("pop_offset", "in_flight", "blocked", "_deadlines", "_expired", "_exhausted", "_max_attempts")
 
     def __init__(self, pop_offset: int) -> None:
         self.pop_offset = pop_offset
         self.in_flight: dict[int, Lease] = {}
         self.blocked: dict[int, str] = {}
         # Derived, not replicated: a heap of (deadline, offset, lease) with
-        # stale entries skipped lazily, and the leases found expired so far.
+        # stale entries skipped lazily, and the leases found expired so far,
+        # in the order found, split into those a receive may deliver again
+        # and those out of attempts (or whose message retention removed),
+        # which only the revive service ends. Split by the group's last
+        # attempt as of the last look (`_max_attempts`).
         self._deadlines: list[tuple[int, int, int]] = []
         self._expired: dict[int, Lease] = {}
+        self._exhausted: dict[int, Lease] = {}
+        self._max_attempts = 0
 
     def consumed_offset(self) -> int:
         lowest = self.pop_offset
@@ -111,6 +117,7 @@ class PopQueue:
     def grant(self, offset: int, lease: Lease) -> None:
         self.in_flight[offset] = lease
         self._expired.pop(offset, None)
+        self._exhausted.pop(offset, None)
         heapq.heappush(self._deadlines, (lease.deadline_ms, offset, lease.lease))
         # Acked leases leave their heap entries behind until their deadline;
         # rebuild before they outnumber the live ones (an ack-heavy queue with
@@ -123,7 +130,7 @@ class PopQueue:
         """Replace the leases (from a file or a metadata snapshot) at once:
         one heapify instead of a push per lease."""
         self.in_flight = in_flight
-        self._expired = {}
+        self._expired, self._exhausted = {}, {}
         self._deadlines = [(lease.deadline_ms, offset, lease.lease) for offset, lease in in_flight.items()]
         heapq.heapify(self._deadlines)
 
@@ -134,18 +141,61 @@ class PopQueue:
             return None
         del self.in_flight[offset]
         self._expired.pop(offset, None)
+        self._exhausted.pop(offset, None)
         return lease
 
     # ------------------------------------------------------------- queries
-    def expired(self, now_ms: int) -> dict[int, Lease]:
-        """Leases past their deadline (offset -> lease), as of `now_ms`."""
-        heap = self._deadlines
-        while heap and heap[0][0] <= now_ms:
-            deadline, offset, lease_id = heapq.heappop(heap)
-            lease = self.in_flight.get(offset)
-            if lease is not None and lease.lease == lease_id:
-                self._expired[offset] = lease
+    def expired(self, now_ms: int, max_attempts: int, first_retained: int = 0,
+                limit: int | None = None) -> dict[int, Lease]:
+        """Expired leases a receive may deliver again (offset -> lease), in
+        the order found, as far as `find_expired` got."""
+        self.find_expired(now_ms, max_attempts, first_retained, limit)
         return self._expired
+
+    def exhausted(self, now_ms: int, max_attempts: int, first_retained: int = 0,
+                  limit: int | None = None) -> dict[int, Lease]:
+        """Expired leases out of attempts, or whose message is gone: for the
+        revive service, as far as `find_expired` got."""
+        self.find_expired(now_ms, max_attempts, first_retained, limit)
+        return self._exhausted
+
+    def find_expired(self, now_ms: int, max_attempts: int, first_retained: int = 0, limit: int | None = None) -> int:
+        """Take leases past their deadline as of `now_ms` off the heap, at
+        most `limit` (longest expired first), sorting each into deliverable
+        or exhausted. Returns how many heap entries it looked at."""
+        if max_attempts != self._max_attempts:
+            self._resort(max_attempts)
+        heap, in_flight = self._deadlines, self.in_flight
+        looked = 0
+        while heap and heap[0][0] <= now_ms and (limit is None or looked < limit):
+            deadline, offset, lease_id = heapq.heappop(heap)
+            looked += 1
+            lease = in_flight.get(offset)
+            if lease is not None and lease.lease == lease_id:
+                if lease.attempt >= max_attempts or offset < first_retained:
+                    self._exhausted[offset] = lease
+                else:
+                    self._expired[offset] = lease
+        return looked
+
+    def all_expired(self, now_ms: int, max_attempts: int) -> dict[int, Lease]:
+        """Every expired lease, deliverable or not (FIFO: queue order decides)."""
+        self.find_expired(now_ms, max_attempts)
+        return {**self._expired, **self._exhausted}
+
+    def set_aside(self, offset: int) -> None:
+        """An expired lease whose message is gone (retention): for the revive service."""
+        lease = self._expired.pop(offset, None)
+        if lease is not None:
+            self._exhausted[offset] = lease
+
+    def _resort(self, max_attempts: int) -> None:
+        """The group's last attempt changed (or this is the first look): the
+        split of the leases found so far changes with it (rare; O(found))."""
+        found = {**self._expired, **self._exhausted}
+        self._expired = {o: lease for o, lease in found.items() if lease.attempt < max_attempts}
+        self._exhausted = {o: lease for o, lease in found.items() if lease.attempt >= max_attempts}
+        self._max_attempts = max_attempts
 
     def next_deadline(self) -> int | None:
         """The earliest deadline of a lease not yet found expired."""

@@ -37,6 +37,9 @@ from store.codec import MessageExt
 # Expired leases one receive may end as filtered out; the rest wait for the
 # next (a backlog of them would make one huge entry and one long stall).
 FILTERED_PER_RECEIVE = 1000
+# Expired leases one receive takes off the deadline heap (in deadline order);
+# a backlog is sorted out a slice per receive (and per revive), not at once.
+EXPIRED_PER_RECEIVE = 1000
 
 
 class MessageSource(Protocol):
@@ -125,20 +128,25 @@ def _select_concurrent(request: Request, queue: PopQueue | None, claims: QueueCl
         # Longest expired first: the dict is in (deadline, offset) order
         # already. Sorting it by offset cost every receive O(n log n) in the
         # expired leases, while a backlog of them waits to be redelivered.
-        for offset, lease in queue.expired(request.now_ms).items():
-            if len(deliveries) >= request.batch:
+        # Those out of attempts are not in it: they wait for the revive.
+        gone = []
+        expired = queue.expired(request.now_ms, request.max_attempts, limit=EXPIRED_PER_RECEIVE)
+        for offset, lease in expired.items():
+            if len(deliveries) >= request.batch or len(op.filtered) >= FILTERED_PER_RECEIVE:
                 break
             if offset in claims.offsets or lease.attempt >= request.max_attempts:
                 continue
             message = source.read(offset)
             if message is None:
+                gone.append(offset)
                 continue
             if not request.tag_filter.matches(message.properties.get(mc.TAGS)):
-                if len(op.filtered) < FILTERED_PER_RECEIVE:
-                    op.filtered.append((offset, lease.lease))
+                op.filtered.append((offset, lease.lease))
                 continue
             op.redo.append((offset, lease.lease, lease.attempt + 1))
             deliveries.append(Delivery(offset, message, lease.attempt + 1))
+        for offset in gone:
+            queue.set_aside(offset)  # retention removed it: the revive service ends its lease
     wanted = request.batch - len(deliveries)
     if wanted <= 0:
         return
@@ -189,7 +197,7 @@ def _select_fifo_below_frontier(request: Request, queue: PopQueue, claims: Queue
     """Expired leases and blocked messages, in queue order, one message group
     at a time: the first of a group that cannot go holds the rest."""
     op, deliveries = selection.op, selection.deliveries
-    expired = queue.expired(request.now_ms)
+    expired = queue.all_expired(request.now_ms, request.max_attempts)
     for offset in sorted(expired.keys() | queue.blocked.keys()):
         lease = expired.get(offset)
         group = (lease.message_group or "") if lease is not None else queue.blocked[offset]
