@@ -45,7 +45,9 @@ op, so applying never reads a clock.
 """
 from __future__ import annotations
 
+import asyncio
 import heapq
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -53,6 +55,8 @@ from typing import Any, Callable, Iterator
 from store.config_manager import Capture, ConfigManager
 from store.packed_columns import pack_ints, pack_json, unpack_ints, unpack_json
 from store.system_entry import SystemKind
+
+log = logging.getLogger(__name__)
 
 # System entry kinds 100..119 are the consumer's; 100 carries every pop op.
 POP_OPS_KIND = SystemKind.BROKER_BASE
@@ -126,13 +130,21 @@ class PopQueue:
             self._deadlines = [(l.deadline_ms, o, l.lease) for o, l in self.in_flight.items()]
             heapq.heapify(self._deadlines)
 
-    def restore(self, in_flight: dict[int, Lease]) -> None:
+    def restore(self, in_flight: dict[int, Lease], in_worker: bool = False) -> None:
         """Replace the leases (from a file or a metadata snapshot) at once:
-        one heapify instead of a push per lease."""
+        one heapify instead of a push per lease, except in a worker thread,
+        where one heapify of a million would hold the GIL (and so the event
+        loop) for 50-200 ms, and a push per lease lets it run between them."""
         self.in_flight = in_flight
         self._expired, self._exhausted = {}, {}
-        self._deadlines = [(lease.deadline_ms, offset, lease.lease) for offset, lease in in_flight.items()]
-        heapq.heapify(self._deadlines)
+        deadlines = [(lease.deadline_ms, offset, lease.lease) for offset, lease in in_flight.items()]
+        if in_worker:
+            self._deadlines = []
+            for item in deadlines:
+                heapq.heappush(self._deadlines, item)
+        else:
+            heapq.heapify(deadlines)
+            self._deadlines = deadlines
 
     def release(self, offset: int, lease_id: int) -> Lease | None:
         """End the lease if it is still `lease_id`; returns it, or None."""
@@ -391,6 +403,16 @@ class RecentReceive:
     offsets: tuple[tuple[int, int], ...]  # (queue id, offset)
 
 
+@dataclass
+class _Restore:
+    """A metadata snapshot's pop state being built in a worker thread, and
+    the entries applied meanwhile, waiting in log order (index, payload)."""
+    data: dict[str, Any]
+    future: asyncio.Future[_State]
+    pending: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class PopStateManager(ConfigManager):
     """Applies POP_OPS entries; snapshotted to popState.json."""
 
@@ -408,6 +430,7 @@ class PopStateManager(ConfigManager):
         # Derived from the ops applied, not snapshotted: only read back by the
         # leader right after its own entry is applied (see lease_end).
         self._ended: OrderedDict[tuple[QueueKey, int, int], LeaseEnd] = OrderedDict()
+        self._restore: _Restore | None = None
 
     # ------------------------------------------------------------- queries
     def queue(self, group: str, topic: str, queue_id: int) -> PopQueue | None:
@@ -447,7 +470,12 @@ class PopStateManager(ConfigManager):
     # ------------------------------------------------------------ applying
     def apply_entry(self, kind: int, payload: dict[str, Any]) -> None:
         # The lease ids are entry indexes: the ops need the entry's index.
-        index = self.applying_index
+        if self._restore is not None:
+            self._restore.pending.append((self.applying_index, payload))
+            return
+        self._apply_payload(self.applying_index, payload)
+
+    def _apply_payload(self, index: int, payload: dict[str, Any]) -> None:
         released: set[tuple[str, str]] = set()
         for data in payload["ops"]:
             op = decode_op(data)
@@ -576,15 +604,73 @@ class PopStateManager(ConfigManager):
         return self.capture()()
 
     def decode(self, data: dict[str, Any]) -> None:
-        self.queues, self._by_subscription = {}, {}
-        for item in data["popQueues"]:
-            queue = self._set_queue((item["group"], item["topic"], int(item["queue"])), PopQueue(int(item["popOffset"])))
-            queue.restore(_decode_in_flight(item["inFlight"]))
-            queue.blocked = {int(o): str(mg) for o, mg in item["blocked"]}
-        # Files written before attempt ids were kept have none.
-        self._recent = OrderedDict(((str(group), str(attempt_id)), RecentReceive(
-            int(index), str(topic), tuple((int(q), int(o)) for q, o in offsets)))
-            for group, attempt_id, index, topic, offsets in data.get("recentReceives", ()))
+        self.queues, self._by_subscription, self._recent = _build_state(data)
+
+    # ------------------------------------------------- snapshots, off the loop
+    @property
+    def restoring(self) -> bool:
+        return self._restore is not None
+
+    def adopt(self, data: dict[str, Any]) -> None:
+        """Build a metadata snapshot's state in a worker thread (a million
+        leases took the event loop 1-3 s); entries applied meanwhile wait and
+        are applied, in order, once it is in. Decisions taken on the old
+        state meanwhile are compare-and-sets that the waiting entries check
+        against the new one."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.decode(data)  # no loop to keep free (a tool, a test)
+            return
+        restore = _Restore(data, loop.run_in_executor(None, _build_state, data, True))
+        self._restore = restore  # a later snapshot supersedes this one and what waits on it
+        restore.future.add_done_callback(lambda _: self._install(restore))
+
+    async def restored(self) -> None:
+        """Wait until no snapshot's state is being built."""
+        while self._restore is not None:
+            await self._restore.done.wait()
+
+    def _install(self, restore: _Restore) -> None:
+        if self._restore is not restore:
+            restore.done.set()
+            return
+        try:
+            state = restore.future.result()
+        except Exception:  # noqa: BLE001 - the state is needed all the same
+            log.exception("building the pop state of a metadata snapshot failed in a worker; building it here")
+            state = _build_state(restore.data)
+        self.queues, self._by_subscription, self._recent = state
+        self._restore = None
+        applying = self.applying_index
+        for index, payload in restore.pending:
+            self.applying_index = index
+            self._apply_payload(index, payload)
+        self.applying_index = applying
+        restore.done.set()
+
+
+_State = tuple[dict[QueueKey, PopQueue], dict[tuple[str, str], dict[int, PopQueue]],
+               "OrderedDict[tuple[str, str], RecentReceive]"]
+
+
+def _build_state(data: dict[str, Any], in_worker: bool = False) -> _State:
+    """The pop state a file or snapshot holds, as new objects (reads only
+    `data`: may run in a worker thread)."""
+    queues: dict[QueueKey, PopQueue] = {}
+    by_subscription: dict[tuple[str, str], dict[int, PopQueue]] = {}
+    for item in data["popQueues"]:
+        key = (item["group"], item["topic"], int(item["queue"]))
+        queue = PopQueue(int(item["popOffset"]))
+        queue.restore(_decode_in_flight(item["inFlight"]), in_worker)
+        queue.blocked = {int(o): str(mg) for o, mg in item["blocked"]}
+        queues[key] = queue
+        by_subscription.setdefault((key[0], key[1]), {})[key[2]] = queue
+    # Files written before attempt ids were kept have none.
+    recent = OrderedDict(((str(group), str(attempt_id)), RecentReceive(
+        int(index), str(topic), tuple((int(q), int(o)) for q, o in offsets)))
+        for group, attempt_id, index, topic, offsets in data.get("recentReceives", ()))
+    return queues, by_subscription, recent
 
 
 def _encode_queue(key: QueueKey, pop_offset: int, in_flight: dict[int, Lease], blocked: dict[int, str]
