@@ -22,7 +22,7 @@ import logging
 from collections import OrderedDict
 from typing import Iterator, NamedTuple
 
-from dledger.entry import HEADER, HEADER_SIZE, MAGIC_NORMAL
+from dledger.entry import CHANNEL_STATE_MACHINE, HEADER, HEADER_SIZE, MAGIC_NORMAL
 from dledger.server import DLedgerServer
 from store import codec
 from store.codec import DispatchRequest
@@ -97,7 +97,7 @@ class MessageIdTable:
         return known[1] if known is not None else None
 
     # -------------------------------------------------------------- rebuild
-    async def rebuild(self, server: DLedgerServer, upto: int, batch_bytes: int) -> int:
+    async def rebuild(self, server: DLedgerServer, upto: int, batch_bytes: int, untagged: bool = False) -> int:
         """Read the messages of the window of entries up to `upto` (the
         entry the apply loop resumed after) from the log, yielding to the
         loop between slices, and put them before what was applied since.
@@ -111,7 +111,7 @@ class MessageIdTable:
                 data, count = log_store.read_raw(start, batch_bytes, min(upto - start + 1, REBUILD_SLICE))
                 if count == 0:
                     break
-                for index, request in _messages(memoryview(data), count):
+                for index, request in _messages(memoryview(data), count, untagged):
                     if request.uniq_key:
                         key = (request.topic, request.uniq_key)
                         older[key] = (index, StoredMessage(request.queue_id, request.queue_offset,
@@ -139,15 +139,18 @@ class MessageIdTable:
                 older.popitem(last=False)
 
 
-def _messages(data: memoryview, count: int) -> Iterator[tuple[int, DispatchRequest]]:
+def _messages(data: memoryview, count: int, untagged: bool) -> Iterator[tuple[int, DispatchRequest]]:
     """The messages among `count` encoded entries, as the apply loop tells
-    them (a message body at its entry's position + 48); other entries are skipped."""
+    them (store/reput.py): entries the store wrote (the channel of their
+    header), or with `untagged` (legacy_untagged_entries) any that decode,
+    whose message lies at the entry's position + 48. A log client's append
+    is never one: it could otherwise make a producer's send look repeated."""
     at = 0
     for _ in range(count):
-        magic, size, index, _, pos, _, _, _, body_size = HEADER.unpack_from(data, at)
+        magic, size, index, _, pos, channel, _, _, body_size = HEADER.unpack_from(data, at)
         body = data[at + HEADER_SIZE:at + size]
         at += size
-        if magic != MAGIC_NORMAL or body_size < 8:
+        if magic != MAGIC_NORMAL or body_size < 8 or (channel != CHANNEL_STATE_MACHINE and not untagged):
             continue
         try:
             if codec.peek_magic(body) not in codec.MESSAGE_MAGIC_CODES:

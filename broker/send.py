@@ -75,7 +75,9 @@ class SendService:
     async def rebuild_recent(self) -> None:
         """At start: read the message ids of the window before the entry the
         store resumes after back from the log (it replays only what follows)."""
-        await self.recent.rebuild(self.store.server, self.store.applied_index, self.store.config.reput_batch_bytes)
+        config = self.store.config
+        await self.recent.rebuild(self.store.server, self.store.applied_index, config.reput_batch_bytes,
+                                  config.legacy_untagged_entries)
 
     async def send(self, messages: Sequence[pb.Message]) -> spb.SendMessageResponse:
         if not messages:

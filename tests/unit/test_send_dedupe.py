@@ -11,6 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from broker.message_ids import MessageIdTable
+from store import codec
+from store.commit_log import DLEDGER_HEADER_SIZE
 
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from tests.unit.broker_harness import BrokerCluster, protocol_message
@@ -141,3 +143,23 @@ def first_index(cluster: BrokerCluster, node: str, message) -> int:
     message_id = message.system_properties.message_id.encode()
     return next(i for i in range(log_store.ledger_begin_index, log_store.ledger_end_index + 1)
                 if message_id in log_store.get(i).body)
+
+
+async def test_a_log_clients_append_shaped_like_a_message_is_not_read_back_as_one(cluster: BrokerCluster):
+    # The rebuild reads the log as the apply loop does: a raw append that
+    # copies a stored message's bytes (its id included) is not a message.
+    leader = await cluster.wait_leader()
+    message = protocol_message("Dedupe", b"once")
+    await cluster.brokers[leader].sender.send([message])
+    await cluster.wait_applied()
+    log_store = cluster.servers[leader].store
+    forged = bytearray(log_store.get(first_index(cluster, leader, message)).body)
+
+    def place(positions: list[int]) -> None:  # a forger who guessed where it lands
+        codec.patch_offsets(forged, 0, positions[0] + DLEDGER_HEADER_SIZE)
+
+    await cluster.servers[leader].append([forged], prepare=place)   # the Append RPC's channel
+    await cluster.wait_applied()
+    table = MessageIdTable(window=1000)
+    await table.rebuild(cluster.servers[leader], cluster.stores[leader].applied_index, 1 << 20)
+    assert [index for index, _ in table._table.values()] == [first_index(cluster, leader, message)]
