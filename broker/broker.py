@@ -44,7 +44,8 @@ class Broker:
     async def start(self) -> None:
         # On every node; each acts only while its node leads (broker/leadership.py).
         self._tasks = [start_task(self.timers.run(), "TimerDeliverer"),
-                       start_task(self.transactions.run(), "TransactionChecker")]
+                       start_task(self.transactions.run(), "TransactionChecker"),
+                       start_task(self.sender.rebuild_recent(), "MessageIdRebuild")]
         for task in self._tasks:
             task.add_done_callback(_report_death)
         await self.consumer.start()

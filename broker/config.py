@@ -32,9 +32,12 @@ class BrokerConfig:
     # up to this long for one before answering HA_NOT_AVAILABLE.
     leader_wait_s: float = 3.0
     forward_timeout_s: float = 10.0
-    # Message ids remembered for send retries (a producer retries with the
-    # same id; a repeat is answered with the original receipt).
-    dedupe_capacity: int = 200_000
+    # Send retries are recognised by message id (a producer retries with the
+    # same id; a repeat is answered with the original receipt) for the
+    # messages of this many last entries of the log: a window of the log
+    # alone, so every replica, and a node restarted from its checkpoint, has
+    # the same one.
+    dedupe_window_entries: int = 200_000
 
     # ------------------------------------------------- delayed and timed messages
     # The furthest a delivery timestamp may lie ahead (ProxyConfig.maxDelayTimeMills, 1 day).

@@ -5,17 +5,34 @@ same id (three attempts by default), and a send whose answer was lost in a
 failover is retried at the new leader. The broker answers a repeat with the
 original receipt instead of storing the message twice.
 
-The table is derived from applied messages (an arrival listener of the apply
-loop), so every replica has it and a new leader knows every message committed
-before its term. It is keyed by (topic, message id): RocketMQ keeps the id on
-retry, dead-letter and delivered-delay copies, which live in other topics.
+The table holds the ids of the messages in the last `window` entries of the
+committed log, as of the entry last applied: a function of the log alone, so
+every replica holds the same one and a new leader knows every message
+committed in that window before its term. It is derived from applied
+messages (an arrival listener of the apply loop), and at start it is rebuilt
+from the log for the window before the entry the store resumes after (the
+apply loop replays only what follows it). It is keyed by (topic, message
+id): RocketMQ keeps the id on retry, dead-letter and delivered-delay copies,
+which live in other topics.
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
+from dledger.entry import CHANNEL_STATE_MACHINE, HEADER, HEADER_SIZE, MAGIC_NORMAL
+from dledger.server import DLedgerServer
+from store import codec
 from store.codec import DispatchRequest
+from store.commit_log import DLEDGER_HEADER_SIZE
+from store.errors import MessageDecodeError
+
+log = logging.getLogger(__name__)
+
+# Entries read between yields to the event loop while rebuilding.
+REBUILD_SLICE = 2000
 
 
 class StoredMessage(NamedTuple):
@@ -29,10 +46,19 @@ class StoredMessage(NamedTuple):
     topic: str = ""
 
 
+Key = tuple[str, str]  # (topic, message id)
+
+
 class MessageIdTable:
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._table: OrderedDict[tuple[str, str], StoredMessage] = OrderedDict()
+    def __init__(self, window: int) -> None:
+        self.window = window
+        # Applied messages in log order, each with its entry's index.
+        self._table: OrderedDict[Key, tuple[int, StoredMessage]] = OrderedDict()
+        # The leader's: committed sends its apply loop has not reached yet.
+        self._committed: dict[Key, StoredMessage] = {}
+        # While the rebuild runs: what it has read so far (older than _table).
+        self._older: dict[Key, tuple[int, StoredMessage]] = {}
+        self.rebuilt = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._table)
@@ -40,15 +66,97 @@ class MessageIdTable:
     def on_arrival(self, request: DispatchRequest, index: int) -> None:
         message_id = request.uniq_key
         if message_id:
-            self.remember(message_id, StoredMessage(request.queue_id, request.queue_offset,
-                                                    request.physical_offset, request.topic))
+            key = (request.topic, message_id)
+            self._committed.pop(key, None)
+            self._add(key, index, StoredMessage(request.queue_id, request.queue_offset, request.physical_offset,
+                                                request.topic))
+
+    def _add(self, key: Key, index: int, stored: StoredMessage) -> None:
+        table = self._table
+        table[key] = (index, stored)
+        table.move_to_end(key)
+        oldest = index - self.window
+        while next(iter(table.values()))[0] <= oldest:
+            table.popitem(last=False)
 
     def remember(self, message_id: str, stored: StoredMessage) -> None:
-        """Also called by the leader as soon as a send commits: from then until
+        """Called by the leader as soon as a send commits: from then until
         the apply loop reaches the message, a retry must find it here too."""
-        self._table[(stored.topic, message_id)] = stored
-        if len(self._table) > self.capacity:
-            self._table.popitem(last=False)
+        key = (stored.topic, message_id)
+        if key not in self._table:
+            self._committed[key] = stored
+            if len(self._committed) > self.window:
+                self._committed.pop(next(iter(self._committed)))
 
     def get(self, topic: str, message_id: str) -> StoredMessage | None:
-        return self._table.get((topic, message_id))
+        key = (topic, message_id)
+        found = self._committed.get(key)
+        if found is not None:
+            return found
+        known = self._table.get(key) or self._older.get(key)
+        return known[1] if known is not None else None
+
+    # -------------------------------------------------------------- rebuild
+    async def rebuild(self, server: DLedgerServer, upto: int, batch_bytes: int, untagged: bool = False) -> int:
+        """Read the messages of the window of entries up to `upto` (the
+        entry the apply loop resumed after) from the log, yielding to the
+        loop between slices, and put them before what was applied since.
+        Returns how many were read."""
+        try:
+            older: OrderedDict[Key, tuple[int, StoredMessage]] = OrderedDict()
+            self._older = older
+            log_store = server.store
+            start = max(upto - self.window + 1, log_store.ledger_begin_index, 0)
+            while start <= min(upto, log_store.ledger_end_index):
+                data, count = log_store.read_raw(start, batch_bytes, min(upto - start + 1, REBUILD_SLICE))
+                if count == 0:
+                    break
+                for index, request in _messages(memoryview(data), count, untagged):
+                    if request.uniq_key:
+                        key = (request.topic, request.uniq_key)
+                        older[key] = (index, StoredMessage(request.queue_id, request.queue_offset,
+                                                           request.physical_offset, request.topic))
+                        older.move_to_end(key)
+                start += count
+                await asyncio.sleep(0)
+            self._merge(older)
+            log.info("message id table rebuilt from entries up to %d: %d ids", upto, len(older))
+            return len(older)
+        finally:
+            self._older = {}
+            self.rebuilt.set()
+
+    def _merge(self, older: OrderedDict[Key, tuple[int, StoredMessage]]) -> None:
+        applied = self._table
+        for key, value in applied.items():
+            older[key] = value
+            older.move_to_end(key)
+        self._table = older
+        if older:
+            latest = next(reversed(older.values()))[0]
+            oldest = latest - self.window
+            while older and next(iter(older.values()))[0] <= oldest:
+                older.popitem(last=False)
+
+
+def _messages(data: memoryview, count: int, untagged: bool) -> Iterator[tuple[int, DispatchRequest]]:
+    """The messages among `count` encoded entries, as the apply loop tells
+    them (store/reput.py): entries the store wrote (the channel of their
+    header), or with `untagged` (legacy_untagged_entries) any that decode,
+    whose message lies at the entry's position + 48. A log client's append
+    is never one: it could otherwise make a producer's send look repeated."""
+    at = 0
+    for _ in range(count):
+        magic, size, index, _, pos, channel, _, _, body_size = HEADER.unpack_from(data, at)
+        body = data[at + HEADER_SIZE:at + size]
+        at += size
+        if magic != MAGIC_NORMAL or body_size < 8 or (channel != CHANNEL_STATE_MACHINE and not untagged):
+            continue
+        try:
+            if codec.peek_magic(body) not in codec.MESSAGE_MAGIC_CODES:
+                continue
+            request = codec.peek(body)
+        except MessageDecodeError:
+            continue
+        if request.physical_offset == pos + DLEDGER_HEADER_SIZE:
+            yield index, request

@@ -67,10 +67,17 @@ class SendService:
         self.transactions = transactions
         self.limits = validation.ValidationLimits(max_body_bytes=config.max_body_size,
                                                   max_delay=timedelta(seconds=config.max_delay_s))
-        self.recent = MessageIdTable(config.dedupe_capacity)
+        self.recent = MessageIdTable(config.dedupe_window_entries)
         store.add_arrival_listener(self.recent.on_arrival)
         self._sending: dict[tuple[str, str], asyncio.Future[StoredMessage]] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
+
+    async def rebuild_recent(self) -> None:
+        """At start: read the message ids of the window before the entry the
+        store resumes after back from the log (it replays only what follows)."""
+        config = self.store.config
+        await self.recent.rebuild(self.store.server, self.store.applied_index, config.reput_batch_bytes,
+                                  config.legacy_untagged_entries)
 
     async def send(self, messages: Sequence[pb.Message]) -> spb.SendMessageResponse:
         if not messages:
@@ -127,8 +134,10 @@ class SendService:
     # ------------------------------------------------------------------ store
     async def _store(self, config: TopicConfig, checked: Sequence[_Checked]) -> list[spb.SendResultEntry]:
         # A new leader knows every message committed before its term only once
-        # it has applied them: look the ids up after that, not before.
+        # it has applied them (and, after a start, read the window before its
+        # checkpoint back from the log): look the ids up after that, not before.
         await self.store.ready_for_writes()
+        await self.recent.rebuilt.wait()
         entries: list[spb.SendResultEntry | None] = [None] * len(checked)
         repeats: list[tuple[int, asyncio.Future[StoredMessage]]] = []
         fresh: list[_Pending] = []

@@ -88,6 +88,18 @@ class ConfigManager(ABC):
     def decode(self, data: dict[str, Any]) -> None:
         """Replace the state with the one a file holds."""
 
+    @property
+    def restoring(self) -> bool:
+        """Whether a snapshot's state is still being decoded (see `adopt`):
+        the state in memory is not yet what applied_index says."""
+        return False
+
+    def adopt(self, data: dict[str, Any]) -> None:
+        """Take the state a metadata snapshot holds. A big state may build it
+        in a worker thread, applying later entries once it is in (`restoring`
+        meanwhile); this default decodes at once: right for small state."""
+        self.decode(data)
+
     def load(self) -> None:
         """Read the file, or its .bak when the file is missing or unreadable."""
         for path in (self.path, self.path + ".bak"):
@@ -125,7 +137,7 @@ class ConfigManager(ABC):
         """The state to write and the index it covers, or None when nothing
         changed. Runs where the state changes (the event loop); `write` may
         then run in a worker thread."""
-        if self.applied_index == self._persisted_index and not force:
+        if self.restoring or (self.applied_index == self._persisted_index and not force):
             return None
         return Snapshot(self.capture(), self.applied_index, self.indent)
 

@@ -9,6 +9,13 @@
                         time diff int32 (seconds after the begin timestamp),
                         previous item of the same slot int32
 
+Items and slots are written before the header, which is written once per
+run of puts: after a crash in between, items past the header's count may be
+in the file, and slots may point at them. `load` points every such slot
+back at the newest item of its chain below the count (the items past it are
+replayed from the log), so no chain is cut. Items are never zero-length:
+a written item has a non-zero commit log offset.
+
 All big-endian. Item 0 is never used, so 0 in a slot or a "previous" field
 means "none" and the index count starts at 1. The key hash is |String.hashCode|
 of "topic#key" and the slot is hash % hash_slot_num; colliding keys share a
@@ -106,7 +113,37 @@ class IndexFile:
             raise CorruptFileError(
                 f"{path}: header says {header.index_count} items and {header.hash_slot_count} slots in use, "
                 f"beyond the file's {index_num} items and {hash_slot_num} slots")
-        return cls(mapped, hash_slot_num, index_num, header)
+        index_file = cls(mapped, hash_slot_num, index_num, header)
+        index_file._repair_slots()
+        return index_file
+
+    def _repair_slots(self) -> int:
+        """Point slots that name items past the header's count (written by a
+        run the crash cut before its header) at the newest item of their
+        chain below it. Walks only those items; returns how many slots moved."""
+        memory, count = self._memory, self.header.index_count
+        repaired = 0
+        for item in range(count, self.index_num):
+            key_hash, phys_offset, _, _ = _ITEM.unpack_from(memory, self._items_start + item * INDEX_ITEM_SIZE)
+            if phys_offset == 0:
+                break  # the end of what the cut run wrote
+            slot_at = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+            head = _SLOT.unpack_from(memory, slot_at)[0]
+            if head >= count:
+                _SLOT.pack_into(memory, slot_at, self._newest_below(head, count))
+                repaired += 1
+        return repaired
+
+    def _newest_below(self, item: int, count: int) -> int:
+        """Follow the chain from `item` back to the first item below `count`."""
+        while item >= count:
+            if item >= self.index_num:
+                return INVALID_INDEX
+            previous = _ITEM.unpack_from(self._memory, self._items_start + item * INDEX_ITEM_SIZE)[3]
+            if not 0 <= previous < item:
+                return INVALID_INDEX  # damage: the chain cannot be followed
+            item = previous
+        return item
 
     @property
     def is_empty(self) -> bool:

@@ -250,7 +250,10 @@ class MessageStore:
             for manager, snapshot in snapshots:
                 if snapshot is not None:
                     await _in_thread(manager.write, snapshot)
-            self._configs_cover = max(self._configs_cover, covered)
+            # A manager still decoding a metadata snapshot wrote nothing: its
+            # file covers less, and the checkpoint must not pass it.
+            if not any(manager.restoring for manager, _ in snapshots):
+                self._configs_cover = max(self._configs_cover, covered)
 
     async def clean_expired(self) -> None:
         """Drop ConsumeQueue files and index files below the log's first entry."""
@@ -327,6 +330,8 @@ class MessageStore:
             return
         if max(manager.applied_index for manager in self.managers) < 0:
             return
+        if any(manager.restoring for manager in self.managers):
+            return  # its state in memory is not yet as of the log's end
         changed_at = max((manager.applied_index for manager in self.managers if manager.snapshot_on_change),
                          default=-1)
         now = asyncio.get_running_loop().time()

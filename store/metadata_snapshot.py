@@ -67,6 +67,6 @@ class MetadataSnapshotHandler:
             if state is None or index <= manager.applied_index:
                 continue  # not in this snapshot, or the manager's file is newer
             if manager.file_name in self.incomplete:
-                manager.decode(state)
+                manager.adopt(state)
                 self.incomplete.discard(manager.file_name)
             manager.applied_index = index

@@ -24,6 +24,9 @@ from typing import Any, Sequence
 _LEVEL = 1
 
 
+_SLICE = 65_536
+
+
 def pack_ints(values: Sequence[int], delta: bool = False) -> str:
     if delta and values:
         values = list(map(operator.sub, values, [0, *values[:-1]]))
@@ -44,8 +47,17 @@ def unpack_ints(text: str, count: int, delta: bool = False) -> list[int]:
         column.byteswap()
     if len(column) != count:
         raise ValueError(f"a packed column holds {len(column)} values, not {count}")
-    values = column.tolist()
-    return list(accumulate(values)) if delta else values
+    # By slices: each C call then holds the GIL for milliseconds, so the
+    # event loop keeps running while a worker thread decodes a big column.
+    values: list[int] = []
+    total = 0
+    for start in range(0, count, _SLICE):
+        part = column[start:start + _SLICE].tolist()
+        if delta:
+            part = list(accumulate(part, initial=total))[1:]
+            total = part[-1] if part else total
+        values.extend(part)
+    return values
 
 
 def pack_json(value: Any) -> str:

@@ -6,6 +6,12 @@ has not expired (RocketMQ's proxy refuses an expired handle too: the message
 is about to be, or has been, delivered again). Anything else is
 INVALID_RECEIPT_HANDLE with the reason. The change is committed through the
 log before the answer, so a new leader honours it.
+
+Every change is a compare-and-set on the lease, so one that lost a race
+(a ChangeInvisibleDuration, a redelivery or the move to the dead-letter
+queue got there first) is a no-op: each call reads its outcome back from the
+pop state before it answers, and answers OK only if its own op took effect
+(an ack also if an ack of the same handle's lineage did).
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ from datetime import timedelta
 from broker import validation
 from broker.consumer.committer import PopCommitter
 from broker.consumer.dead_letter import DeadLetter, DeadLetterService
-from broker.consumer.pop_state import AckOp, ChangeOp, Lease, PopStateManager
+from broker.consumer.pop_state import ACKED, CHANGED, DEAD, DYING, REDELIVERED, AckOp, ChangeOp, Lease, LeaseEnd, PopStateManager
 from broker.consumer.receipt import ReceiptHandle, invalid_handle
 from broker.consumer.receive import WallClock, wall_clock_ms
 from broker.consumer.source import StoreQueueSource
@@ -59,6 +65,7 @@ class AckService:
         await self.committer.ready()
         now = self.clock()
         statuses: list[pb.Status | None] = [None] * len(entries)
+        handles: dict[int, ReceiptHandle] = {}
         ops: dict[int, AckOp] = {}
         for i, entry in enumerate(entries):
             try:
@@ -67,19 +74,30 @@ class AckService:
             except BrokerError as error:
                 statuses[i] = error.to_status()
                 continue
+            handles[i] = handle
             ops.setdefault(handle.queue_id, AckOp(group, topic, handle.queue_id, [])).acks.append(
                 (handle.offset, handle.lease))
         if ops:
             try:
                 await self.committer.commit(list(ops.values()))
-                outcome = ok()
             except Exception as error:  # noqa: BLE001 - the entries' statuses carry it
-                outcome = status_of(error)
-            statuses = [outcome if status is None else status for status in statuses]
-            self.acked += sum(len(op.acks) for op in ops.values()) if outcome.code == pb.OK else 0
+                failure = status_of(error)
+                statuses = [failure if status is None else status for status in statuses]
+            else:
+                for i, handle in handles.items():
+                    statuses[i] = self._ack_outcome(group, topic, handle)
+                self.acked += sum(status is not None and status.code == pb.OK for status in statuses)
         results = [spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                                              status=status) for entry, status in zip(entries, statuses)]
         return spb.AckMessageResponse(status=_overall(statuses), entries=results)
+
+    def _ack_outcome(self, group: str, topic: str, handle: ReceiptHandle) -> pb.Status:
+        """OK if the lease the handle names (or a renewal of it) was ended by
+        an ack, this one or an earlier one; else why the ack took no effect."""
+        end = self.state.lease_end(group, topic, handle.queue_id, handle.offset, handle.lease)
+        if end is not None and end.how == ACKED:
+            return ok()
+        return invalid_handle(_lost_ack_reason(end)).to_status()
 
     # ----------------------------------------------- change invisible duration
     async def change_invisible_duration(self, request: spb.ChangeInvisibleDurationRequest
@@ -110,7 +128,9 @@ class AckService:
         message = StoreQueueSource(self.store, topic, handle.queue_id).read(handle.offset)
         letter = DeadLetter(handle.queue_id, handle.offset, handle.lease, max(lease.attempt, request.delivery_attempt),
                             message)
-        await self.dead_letters.forward(group, topic, [letter], "forwarded by the consumer")
+        if not await self.dead_letters.forward(group, topic, [letter], "forwarded by the consumer", self.clock()):
+            end = self.state.lease_end(group, topic, handle.queue_id, handle.offset, handle.lease)
+            raise invalid_handle(f"the lease ended before the message could be moved ({end.how if end else 'reset'})")
         return spb.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
 
@@ -118,6 +138,17 @@ def _names(group: str, topic: str) -> tuple[str, str]:
     validation.validate_consumer_group(group)
     validation.validate_topic(topic)
     return group, topic
+
+
+def _lost_ack_reason(end: LeaseEnd | None) -> str:
+    if end is not None and end.how == CHANGED:
+        return ("the receipt handle was superseded: a ChangeInvisibleDuration on it took effect before this ack, "
+                "so the message stays in flight (ack with the handle that call returned)")
+    if end is not None and end.how == REDELIVERED:
+        return "the receipt handle was superseded: the lease ran out and the message was delivered again first"
+    if end is not None and end.how in (DEAD, DYING):
+        return "the message was moved to the dead-letter queue before this ack took effect"
+    return "the lease ended before this ack took effect (the message was acknowledged, moved, or its offset reset)"
 
 
 def _overall(statuses: Sequence[pb.Status | None]) -> pb.Status:

@@ -28,6 +28,10 @@ class ConsumerConfig:
     # for the next (each is read and copied on the event loop, and a backlog
     # that ran out of attempts together must not stall it).
     dead_letters_per_revive: int = 1000
+    # The most leases one revive takes off the deadline heap to find those
+    # out of attempts (about 2 us each): a backlog of expired leases is
+    # looked at a slice per tick, each lease once, not all of it every tick.
+    leases_per_revive: int = 5000
     # Consumed offsets are written to consumerOffset.json (through the log) this
     # often (RocketMQ's clients commit every 5 s; we commit for them).
     offset_commit_interval_s: float = 1.0

@@ -40,7 +40,7 @@ class ConsumerService:
         self.state.release_listeners.append(self.polling.on_release)
         self.committer = PopCommitter(store, config.max_in_flight_appends, ready_wait_s=config.ready_wait_s)
         self.claims = ClaimTable()
-        self.dead_letters = DeadLetterService(store, topics, self.committer, self.claims)
+        self.dead_letters = DeadLetterService(store, topics, self.state, self.committer, self.claims)
         self.receiver = ReceiveService(config, store, topics, self.state, self.committer, self.claims, self.polling,
                                        ensure_group, clock)
         self.acks = AckService(store, self.state, self.committer, self.dead_letters, clock)

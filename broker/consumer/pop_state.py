@@ -32,7 +32,11 @@ not applied everything) is a no-op on every replica alike:
             expired under; a blocked offset only while it is blocked
     ack     ends the lease only if it is still the one named
     change  moves the deadline (a new lease id) only if the lease is the one named
-    dead    like ack: the message went to the dead-letter queue
+    dying   the first step of a move to the dead-letter queue: replaces the
+            lease named (if current) by one that is expired and out of
+            attempts, so an ack and the move cannot both win
+    dead    like ack, on the dying lease: the message went to the dead-letter queue
+    (a pop's `filtered` ends expired leases like an ack: see selection.py)
     reset   sets the frontier, dropping the queue's leases and blocked offsets
 
 The leader reads the outcome back (`lease_of`) before it answers a client.
@@ -41,7 +45,9 @@ op, so applying never reads a clock.
 """
 from __future__ import annotations
 
+import asyncio
 import heapq
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -50,10 +56,24 @@ from store.config_manager import Capture, ConfigManager
 from store.packed_columns import pack_ints, pack_json, unpack_ints, unpack_json
 from store.system_entry import SystemKind
 
+log = logging.getLogger(__name__)
+
 # System entry kinds 100..119 are the consumer's; 100 carries every pop op.
 POP_OPS_KIND = SystemKind.BROKER_BASE
 # Receives remembered by attempt id (a retried receive gets the same batch back).
 ATTEMPT_CACHE_SIZE = 10_000
+# Ended leases remembered with how they ended: an ack reads back whether it
+# was its own op that ended the lease. Far more than the leases a few entries
+# in flight can end (at most 1,000 ops of 32 messages each per entry).
+ENDED_LEASES_KEPT = 100_000
+
+# How a lease stopped being current (LeaseEnd.how).
+ACKED = "acked"
+DEAD = "dead-lettered"
+CHANGED = "changed"              # ChangeInvisibleDuration: the successor carries on the handle's lineage
+REDELIVERED = "redelivered"
+FILTERED = "filtered"            # the message no longer matches the group's filter
+DYING = "dying"                  # claimed for the dead-letter queue; the successor is ended by a dead op
 
 QueueKey = tuple[str, str, int]  # consumer group, topic, queue id
 ReleaseListener = Callable[[str, str], None]  # (group, topic): messages may have become deliverable
@@ -72,16 +92,22 @@ class Lease:
 class PopQueue:
     """One (group, topic, queue)'s pop state; see the module doc."""
 
-    __slots__ = ("pop_offset", "in_flight", "blocked", "_deadlines", "_expired")
+    __slots__ = ("pop_offset", "in_flight", "blocked", "_deadlines", "_expired", "_exhausted", "_max_attempts")
 
     def __init__(self, pop_offset: int) -> None:
         self.pop_offset = pop_offset
         self.in_flight: dict[int, Lease] = {}
         self.blocked: dict[int, str] = {}
         # Derived, not replicated: a heap of (deadline, offset, lease) with
-        # stale entries skipped lazily, and the leases found expired so far.
+        # stale entries skipped lazily, and the leases found expired so far,
+        # in the order found, split into those a receive may deliver again
+        # and those out of attempts (or whose message retention removed),
+        # which only the revive service ends. Split by the group's last
+        # attempt as of the last look (`_max_attempts`).
         self._deadlines: list[tuple[int, int, int]] = []
         self._expired: dict[int, Lease] = {}
+        self._exhausted: dict[int, Lease] = {}
+        self._max_attempts = 0
 
     def consumed_offset(self) -> int:
         lowest = self.pop_offset
@@ -95,6 +121,7 @@ class PopQueue:
     def grant(self, offset: int, lease: Lease) -> None:
         self.in_flight[offset] = lease
         self._expired.pop(offset, None)
+        self._exhausted.pop(offset, None)
         heapq.heappush(self._deadlines, (lease.deadline_ms, offset, lease.lease))
         # Acked leases leave their heap entries behind until their deadline;
         # rebuild before they outnumber the live ones (an ack-heavy queue with
@@ -103,13 +130,21 @@ class PopQueue:
             self._deadlines = [(l.deadline_ms, o, l.lease) for o, l in self.in_flight.items()]
             heapq.heapify(self._deadlines)
 
-    def restore(self, in_flight: dict[int, Lease]) -> None:
+    def restore(self, in_flight: dict[int, Lease], in_worker: bool = False) -> None:
         """Replace the leases (from a file or a metadata snapshot) at once:
-        one heapify instead of a push per lease."""
+        one heapify instead of a push per lease, except in a worker thread,
+        where one heapify of a million would hold the GIL (and so the event
+        loop) for 50-200 ms, and a push per lease lets it run between them."""
         self.in_flight = in_flight
-        self._expired = {}
-        self._deadlines = [(lease.deadline_ms, offset, lease.lease) for offset, lease in in_flight.items()]
-        heapq.heapify(self._deadlines)
+        self._expired, self._exhausted = {}, {}
+        deadlines = [(lease.deadline_ms, offset, lease.lease) for offset, lease in in_flight.items()]
+        if in_worker:
+            self._deadlines = []
+            for item in deadlines:
+                heapq.heappush(self._deadlines, item)
+        else:
+            heapq.heapify(deadlines)
+            self._deadlines = deadlines
 
     def release(self, offset: int, lease_id: int) -> Lease | None:
         """End the lease if it is still `lease_id`; returns it, or None."""
@@ -118,18 +153,61 @@ class PopQueue:
             return None
         del self.in_flight[offset]
         self._expired.pop(offset, None)
+        self._exhausted.pop(offset, None)
         return lease
 
     # ------------------------------------------------------------- queries
-    def expired(self, now_ms: int) -> dict[int, Lease]:
-        """Leases past their deadline (offset -> lease), as of `now_ms`."""
-        heap = self._deadlines
-        while heap and heap[0][0] <= now_ms:
-            deadline, offset, lease_id = heapq.heappop(heap)
-            lease = self.in_flight.get(offset)
-            if lease is not None and lease.lease == lease_id:
-                self._expired[offset] = lease
+    def expired(self, now_ms: int, max_attempts: int, first_retained: int = 0,
+                limit: int | None = None) -> dict[int, Lease]:
+        """Expired leases a receive may deliver again (offset -> lease), in
+        the order found, as far as `find_expired` got."""
+        self.find_expired(now_ms, max_attempts, first_retained, limit)
         return self._expired
+
+    def exhausted(self, now_ms: int, max_attempts: int, first_retained: int = 0,
+                  limit: int | None = None) -> dict[int, Lease]:
+        """Expired leases out of attempts, or whose message is gone: for the
+        revive service, as far as `find_expired` got."""
+        self.find_expired(now_ms, max_attempts, first_retained, limit)
+        return self._exhausted
+
+    def find_expired(self, now_ms: int, max_attempts: int, first_retained: int = 0, limit: int | None = None) -> int:
+        """Take leases past their deadline as of `now_ms` off the heap, at
+        most `limit` (longest expired first), sorting each into deliverable
+        or exhausted. Returns how many heap entries it looked at."""
+        if max_attempts != self._max_attempts:
+            self._resort(max_attempts)
+        heap, in_flight = self._deadlines, self.in_flight
+        looked = 0
+        while heap and heap[0][0] <= now_ms and (limit is None or looked < limit):
+            deadline, offset, lease_id = heapq.heappop(heap)
+            looked += 1
+            lease = in_flight.get(offset)
+            if lease is not None and lease.lease == lease_id:
+                if lease.attempt >= max_attempts or offset < first_retained:
+                    self._exhausted[offset] = lease
+                else:
+                    self._expired[offset] = lease
+        return looked
+
+    def all_expired(self, now_ms: int, max_attempts: int) -> dict[int, Lease]:
+        """Every expired lease, deliverable or not (FIFO: queue order decides)."""
+        self.find_expired(now_ms, max_attempts)
+        return {**self._expired, **self._exhausted}
+
+    def set_aside(self, offset: int) -> None:
+        """An expired lease whose message is gone (retention): for the revive service."""
+        lease = self._expired.pop(offset, None)
+        if lease is not None:
+            self._exhausted[offset] = lease
+
+    def _resort(self, max_attempts: int) -> None:
+        """The group's last attempt changed (or this is the first look): the
+        split of the leases found so far changes with it (rare; O(found))."""
+        found = {**self._expired, **self._exhausted}
+        self._expired = {o: lease for o, lease in found.items() if lease.attempt < max_attempts}
+        self._exhausted = {o: lease for o, lease in found.items() if lease.attempt >= max_attempts}
+        self._max_attempts = max_attempts
 
     def next_deadline(self) -> int | None:
         """The earliest deadline of a lease not yet found expired."""
@@ -162,7 +240,11 @@ class PopOp:
     blocked: list[tuple[int, str]] = field(default_factory=list)
     redo: list[tuple[int, int, int]] = field(default_factory=list)  # (offset, expired lease, attempt now)
     unblock: list[int] = field(default_factory=list)
-    dropped: list[int] = field(default_factory=list)   # blocked offsets whose message retention removed
+    # Blocked offsets let go: retention removed the message, or it no longer matches the filter.
+    dropped: list[int] = field(default_factory=list)
+    # (offset, expired lease): ended without a delivery, because the message
+    # does not match the group's filter any more (see selection.py)
+    filtered: list[tuple[int, int]] = field(default_factory=list)
     attempt_id: str | None = None
     # Where the group starts on a queue it never popped (the leader decided
     # with no state for it); the scan must still start there to count.
@@ -183,6 +265,8 @@ class PopOp:
             data["unblock"] = self.unblock
         if self.dropped:
             data["dropped"] = self.dropped
+        if self.filtered:
+            data["filtered"] = [list(f) for f in self.filtered]
         if self.attempt_id is not None:
             data["attemptId"] = self.attempt_id
         if self.initial is not None:
@@ -196,6 +280,7 @@ class PopOp:
                    [(int(o), str(g)) for o, g in data.get("blocked", ())],
                    [(int(o), int(l), int(a)) for o, l, a in data.get("redo", ())],
                    [int(o) for o in data.get("unblock", ())], [int(o) for o in data.get("dropped", ())],
+                   [(int(o), int(l)) for o, l in data.get("filtered", ())],
                    data.get("attemptId"), int(data["initial"]) if "initial" in data else None)
 
     @property
@@ -244,6 +329,32 @@ class ChangeOp:
 
 
 @dataclass
+class DyingOp:
+    """Claim leases for the dead-letter queue, before the copy is written:
+    each (offset, lease, attempt) whose lease is still current is replaced by
+    this entry's, ending at `deadline_ms` (now: it is expired) with `attempt`
+    (at least the group's last: no receive delivers it again). An ack with
+    the older handle then does nothing, and the copy is written only for the
+    leases this op took. A leader that fails before the `dead` op leaves the
+    message leased expired and out of attempts, so the next leader's revive
+    moves it (a second copy at worst, never a lost message)."""
+    group: str
+    topic: str
+    queue_id: int
+    deadline_ms: int
+    claims: list[tuple[int, int, int]]   # (offset, lease, attempt)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": "dying", "group": self.group, "topic": self.topic, "queue": self.queue_id,
+                "deadline": self.deadline_ms, "claims": [list(c) for c in self.claims]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DyingOp:
+        return cls(data["group"], data["topic"], int(data["queue"]), int(data["deadline"]),
+                   [(int(o), int(l), int(a)) for o, l, a in data["claims"]])
+
+
+@dataclass
 class ResetOp:
     """Start the queue over at `offset` (UpdateOffset, an offset reset)."""
     group: str
@@ -260,10 +371,10 @@ class ResetOp:
         return cls(data["group"], data["topic"], int(data["queue"]), int(data["offset"]))
 
 
-Op = PopOp | AckOp | ChangeOp | ResetOp
+Op = PopOp | AckOp | ChangeOp | DyingOp | ResetOp
 _DECODERS: dict[str, Callable[[dict[str, Any]], Op]] = {
     "pop": PopOp.from_json, "ack": AckOp.from_json, "dead": AckOp.from_json,
-    "change": ChangeOp.from_json, "reset": ResetOp.from_json}
+    "change": ChangeOp.from_json, "dying": DyingOp.from_json, "reset": ResetOp.from_json}
 
 
 def ops_payload(ops: list[Op]) -> dict[str, Any]:
@@ -277,12 +388,29 @@ def decode_op(data: dict[str, Any]) -> Op:
 # ================================================================ manager
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseEnd:
+    """How a lease ended, and the lease that replaced it if one did."""
+    how: str
+    successor: int | None = None
+
+
 @dataclass(frozen=True)
 class RecentReceive:
     """What a receive with an attempt id got: a retry with the same id gets it again."""
     index: int
     topic: str
     offsets: tuple[tuple[int, int], ...]  # (queue id, offset)
+
+
+@dataclass
+class _Restore:
+    """A metadata snapshot's pop state being built in a worker thread, and
+    the entries applied meanwhile, waiting in log order (index, payload)."""
+    data: dict[str, Any]
+    future: asyncio.Future[_State]
+    pending: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class PopStateManager(ConfigManager):
@@ -299,6 +427,10 @@ class PopStateManager(ConfigManager):
         self._by_subscription: dict[tuple[str, str], dict[int, PopQueue]] = {}
         self.release_listeners: list[ReleaseListener] = []
         self._recent: OrderedDict[tuple[str, str], RecentReceive] = OrderedDict()
+        # Derived from the ops applied, not snapshotted: only read back by the
+        # leader right after its own entry is applied (see lease_end).
+        self._ended: OrderedDict[tuple[QueueKey, int, int], LeaseEnd] = OrderedDict()
+        self._restore: _Restore | None = None
 
     # ------------------------------------------------------------- queries
     def queue(self, group: str, topic: str, queue_id: int) -> PopQueue | None:
@@ -310,6 +442,20 @@ class PopStateManager(ConfigManager):
     def lease_of(self, group: str, topic: str, queue_id: int, offset: int) -> Lease | None:
         queue = self.queues.get((group, topic, queue_id))
         return queue.in_flight.get(offset) if queue is not None else None
+
+    def lease_end(self, group: str, topic: str, queue_id: int, offset: int, lease: int) -> LeaseEnd | None:
+        """How `lease` ended, following its renewals by ChangeInvisibleDuration
+        (the lineage of one receipt handle): the last renewal's end, or a
+        CHANGED end whose successor is still current. None when the lease is
+        current or ended too long ago to be remembered."""
+        key = (group, topic, queue_id)
+        end = self._ended.get((key, offset, lease))
+        while end is not None and end.how == CHANGED and end.successor is not None:
+            renewed = self._ended.get((key, offset, end.successor))
+            if renewed is None:
+                return end
+            end = renewed
+        return end
 
     def next_deadline(self, group: str, topic: str) -> int | None:
         deadlines = [d for q in self.queues_of(group, topic).values() if (d := q.next_deadline()) is not None]
@@ -324,7 +470,12 @@ class PopStateManager(ConfigManager):
     # ------------------------------------------------------------ applying
     def apply_entry(self, kind: int, payload: dict[str, Any]) -> None:
         # The lease ids are entry indexes: the ops need the entry's index.
-        index = self.applying_index
+        if self._restore is not None:
+            self._restore.pending.append((self.applying_index, payload))
+            return
+        self._apply_payload(self.applying_index, payload)
+
+    def _apply_payload(self, index: int, payload: dict[str, Any]) -> None:
         released: set[tuple[str, str]] = set()
         for data in payload["ops"]:
             op = decode_op(data)
@@ -341,17 +492,29 @@ class PopStateManager(ConfigManager):
             self._apply_pop(index, op)
             return False
         if isinstance(op, AckOp):
-            queue = self.queues.get((op.group, op.topic, op.queue_id))
+            key = (op.group, op.topic, op.queue_id)
+            queue = self.queues.get(key)
             if queue is None:
                 return False
-            return any([queue.release(offset, lease) is not None for offset, lease in op.acks])
+            end = LeaseEnd(DEAD if op.dead else ACKED)
+            released = False
+            for offset, lease_id in op.acks:
+                if queue.release(offset, lease_id) is not None:
+                    self._record_end(key, offset, lease_id, end)
+                    released = True
+            return released
         if isinstance(op, ChangeOp):
-            queue = self.queues.get((op.group, op.topic, op.queue_id))
+            key = (op.group, op.topic, op.queue_id)
+            queue = self.queues.get(key)
             lease = queue.in_flight.get(op.offset) if queue is not None else None
             if queue is None or lease is None or lease.lease != op.lease:
                 return False
             queue.grant(op.offset, Lease(index, op.deadline_ms, lease.attempt, lease.message_group))
+            self._record_end(key, op.offset, op.lease, LeaseEnd(CHANGED, index))
             return True
+        if isinstance(op, DyingOp):
+            self._apply_dying(index, op)
+            return False
         self._set_queue((op.group, op.topic, op.queue_id), PopQueue(op.offset))
         return True
 
@@ -375,6 +538,7 @@ class PopStateManager(ConfigManager):
             lease = queue.in_flight.get(offset)
             if lease is not None and lease.lease == expired_lease:
                 queue.grant(offset, Lease(index, op.deadline_ms, attempt, lease.message_group))
+                self._record_end(key, offset, expired_lease, LeaseEnd(REDELIVERED, index))
                 granted.append((op.queue_id, offset))
         for offset in op.unblock:
             message_group = queue.blocked.pop(offset, None)
@@ -383,8 +547,22 @@ class PopStateManager(ConfigManager):
                 granted.append((op.queue_id, offset))
         for offset in op.dropped:
             queue.blocked.pop(offset, None)
+        for offset, expired_lease in op.filtered:
+            if queue.release(offset, expired_lease) is not None:
+                self._record_end(key, offset, expired_lease, LeaseEnd(FILTERED))
         if op.attempt_id is not None:
             self._remember(op.group, op.attempt_id, index, op.topic, granted)
+
+    def _apply_dying(self, index: int, op: DyingOp) -> None:
+        key = (op.group, op.topic, op.queue_id)
+        queue = self.queues.get(key)
+        if queue is None:
+            return
+        for offset, lease_id, attempt in op.claims:
+            lease = queue.in_flight.get(offset)
+            if lease is not None and lease.lease == lease_id:
+                queue.grant(offset, Lease(index, op.deadline_ms, attempt, lease.message_group))
+                self._record_end(key, offset, lease_id, LeaseEnd(DYING, index))
 
     def _remember(self, group: str, attempt_id: str, index: int, topic: str, granted: list[tuple[int, int]]) -> None:
         key = (group, attempt_id)
@@ -396,6 +574,11 @@ class PopStateManager(ConfigManager):
         self._recent.move_to_end(key)
         while len(self._recent) > ATTEMPT_CACHE_SIZE:
             self._recent.popitem(last=False)
+
+    def _record_end(self, key: QueueKey, offset: int, lease: int, end: LeaseEnd) -> None:
+        self._ended[(key, offset, lease)] = end
+        if len(self._ended) > ENDED_LEASES_KEPT:
+            self._ended.popitem(last=False)
 
     def _set_queue(self, key: QueueKey, queue: PopQueue) -> PopQueue:
         self.queues[key] = queue
@@ -410,17 +593,84 @@ class PopStateManager(ConfigManager):
         # against seconds for the whole encoding).
         queues = sorted(((key, queue.pop_offset, dict(queue.in_flight), dict(queue.blocked))
                          for key, queue in self.queues.items()), key=lambda item: item[0])
-        return lambda: {"popQueues": [_encode_queue(*item) for item in queues]}
+        # Receives by attempt id are state too (derived from the ops, in log
+        # order): a node restarted from this file must answer a retry alike.
+        recent = list(self._recent.items())
+        return lambda: {"popQueues": [_encode_queue(*item) for item in queues],
+                        "recentReceives": [[group, attempt_id, r.index, r.topic, [list(o) for o in r.offsets]]
+                                           for (group, attempt_id), r in recent]}
 
     def encode(self) -> dict[str, Any]:
         return self.capture()()
 
     def decode(self, data: dict[str, Any]) -> None:
-        self.queues, self._by_subscription = {}, {}
-        for item in data["popQueues"]:
-            queue = self._set_queue((item["group"], item["topic"], int(item["queue"])), PopQueue(int(item["popOffset"])))
-            queue.restore(_decode_in_flight(item["inFlight"]))
-            queue.blocked = {int(o): str(mg) for o, mg in item["blocked"]}
+        self.queues, self._by_subscription, self._recent = _build_state(data)
+
+    # ------------------------------------------------- snapshots, off the loop
+    @property
+    def restoring(self) -> bool:
+        return self._restore is not None
+
+    def adopt(self, data: dict[str, Any]) -> None:
+        """Build a metadata snapshot's state in a worker thread (a million
+        leases took the event loop 1-3 s); entries applied meanwhile wait and
+        are applied, in order, once it is in. Decisions taken on the old
+        state meanwhile are compare-and-sets that the waiting entries check
+        against the new one."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.decode(data)  # no loop to keep free (a tool, a test)
+            return
+        restore = _Restore(data, loop.run_in_executor(None, _build_state, data, True))
+        self._restore = restore  # a later snapshot supersedes this one and what waits on it
+        restore.future.add_done_callback(lambda _: self._install(restore))
+
+    async def restored(self) -> None:
+        """Wait until no snapshot's state is being built."""
+        while self._restore is not None:
+            await self._restore.done.wait()
+
+    def _install(self, restore: _Restore) -> None:
+        if self._restore is not restore:
+            restore.done.set()
+            return
+        try:
+            state = restore.future.result()
+        except Exception:  # noqa: BLE001 - the state is needed all the same
+            log.exception("building the pop state of a metadata snapshot failed in a worker; building it here")
+            state = _build_state(restore.data)
+        self.queues, self._by_subscription, self._recent = state
+        self._restore = None
+        applying = self.applying_index
+        for index, payload in restore.pending:
+            self.applying_index = index
+            self._apply_payload(index, payload)
+        self.applying_index = applying
+        restore.done.set()
+
+
+_State = tuple[dict[QueueKey, PopQueue], dict[tuple[str, str], dict[int, PopQueue]],
+               "OrderedDict[tuple[str, str], RecentReceive]"]
+
+
+def _build_state(data: dict[str, Any], in_worker: bool = False) -> _State:
+    """The pop state a file or snapshot holds, as new objects (reads only
+    `data`: may run in a worker thread)."""
+    queues: dict[QueueKey, PopQueue] = {}
+    by_subscription: dict[tuple[str, str], dict[int, PopQueue]] = {}
+    for item in data["popQueues"]:
+        key = (item["group"], item["topic"], int(item["queue"]))
+        queue = PopQueue(int(item["popOffset"]))
+        queue.restore(_decode_in_flight(item["inFlight"]), in_worker)
+        queue.blocked = {int(o): str(mg) for o, mg in item["blocked"]}
+        queues[key] = queue
+        by_subscription.setdefault((key[0], key[1]), {})[key[2]] = queue
+    # Files written before attempt ids were kept have none.
+    recent = OrderedDict(((str(group), str(attempt_id)), RecentReceive(
+        int(index), str(topic), tuple((int(q), int(o)) for q, o in offsets)))
+        for group, attempt_id, index, topic, offsets in data.get("recentReceives", ()))
+    return queues, by_subscription, recent
 
 
 def _encode_queue(key: QueueKey, pop_offset: int, in_flight: dict[int, Lease], blocked: dict[int, str]

@@ -181,7 +181,8 @@ class ReceiveService:
             # held for concurrent receives until its entry is applied.
             groups = [] if op.new_groups is None else \
                 [message_group_of(d.message) for d in selection.deliveries] + [g for _, g in op.blocked]
-            claim = (key, op.end if op.scans else None, [d.offset for d in selection.deliveries], groups)
+            offsets = [d.offset for d in selection.deliveries] + [offset for offset, _ in op.filtered]
+            claim = (key, op.end if op.scans else None, offsets, groups)
             self.claims.hold(*claim)
             held.append(claim)
         try:

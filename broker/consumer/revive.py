@@ -69,35 +69,38 @@ class ReviveService:
                     log.info("revive deferred: %s", error)
 
     async def revive_once(self) -> int:
-        """Dead-letter what is due; returns how many leases it ended."""
+        """Dead-letter what is due; returns how many leases it ended. The
+        work is bounded: at most `leases_per_revive` expired leases are
+        looked at for the first time (each lease once), and only those out
+        of attempts are walked, at most `dead_letters_per_revive` moved."""
         now = self.clock()
         due: dict[tuple[str, str], list[DeadLetter]] = defaultdict(list)
         room = self.config.dead_letters_per_revive
+        budget = self.config.leases_per_revive
         for (group, topic, queue_id), queue in self.state:
-            expired = queue.expired(now)
-            if not expired:
-                continue
             if room <= 0:
                 break
             attempts = max_attempts(self.store.groups.get(group) or SubscriptionGroupConfig(group))
-            claims = self.claims.get((group, topic, queue_id))
             first_retained = self.store.min_offset(topic, queue_id)
+            budget -= queue.find_expired(now, attempts, first_retained, max(budget, 0))
+            exhausted = queue.exhausted(now, attempts, first_retained, limit=0)
+            if not exhausted:
+                continue
+            claims = self.claims.get((group, topic, queue_id))
             source = StoreQueueSource(self.store, topic, queue_id)
-            for offset, lease in expired.items():
+            for offset, lease in exhausted.items():
                 if room <= 0:
                     break
                 if claims is not None and offset in claims.offsets:
                     continue
-                if offset < first_retained:
-                    due[(group, topic)].append(DeadLetter(queue_id, offset, lease.lease, lease.attempt, None))
-                    room -= 1
-                elif lease.attempt >= attempts:
-                    due[(group, topic)].append(DeadLetter(queue_id, offset, lease.lease, lease.attempt,
-                                                          source.read(offset)))
-                    room -= 1
+                message = source.read(offset) if offset >= first_retained else None
+                due[(group, topic)].append(DeadLetter(queue_id, offset, lease.lease, lease.attempt, message))
+                room -= 1
+        moved = 0
         for (group, topic), letters in due.items():
-            await self.dead_letters.forward(group, topic, letters, f"no ack after {letters[0].attempt} attempt(s)")
-        return sum(len(letters) for letters in due.values())
+            moved += len(await self.dead_letters.forward(group, topic, letters,
+                                                         f"no ack after {letters[0].attempt} attempt(s)", now))
+        return moved
 
     async def commit_offsets(self) -> int:
         """Write consumed offsets that moved; returns how many."""

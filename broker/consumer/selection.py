@@ -12,6 +12,15 @@ one of whose messages is skipped in this decision, is held: none of its later
 messages is delivered (new ones are recorded as blocked), so one message
 group has one batch in flight at a time and a redelivered message goes before
 everything behind it.
+
+A message that no longer matches the group's filter (the subscription
+changed while it was in flight or held back) is filtered out, as a message
+that does not match is when first scanned: its expired lease is ended
+without a delivery (`filtered`), a held-back one dropped, so it does not
+hold the group's consumed offset down. The leader decides with the filter of
+the receive at hand, and the decision is an op in the log like any other,
+so every replica ends the same leases. A lease that has not expired is left
+to its consumer.
 """
 from __future__ import annotations
 
@@ -23,6 +32,14 @@ from broker.consumer.pop_state import PopOp, PopQueue
 from broker.filter_expression import TagFilter
 from store import message_const as mc
 from store.codec import MessageExt
+
+
+# Expired leases one receive may end as filtered out; the rest wait for the
+# next (a backlog of them would make one huge entry and one long stall).
+FILTERED_PER_RECEIVE = 1000
+# Expired leases one receive takes off the deadline heap (in deadline order);
+# a backlog is sorted out a slice per receive (and per revive), not at once.
+EXPIRED_PER_RECEIVE = 1000
 
 
 class MessageSource(Protocol):
@@ -62,7 +79,7 @@ class Selection:
     @property
     def changes_state(self) -> bool:
         op = self.op
-        return bool(op.scans or op.redo or op.unblock or op.dropped)
+        return bool(op.scans or op.redo or op.unblock or op.dropped or op.filtered)
 
 
 @dataclass(frozen=True)
@@ -111,16 +128,25 @@ def _select_concurrent(request: Request, queue: PopQueue | None, claims: QueueCl
         # Longest expired first: the dict is in (deadline, offset) order
         # already. Sorting it by offset cost every receive O(n log n) in the
         # expired leases, while a backlog of them waits to be redelivered.
-        for offset, lease in queue.expired(request.now_ms).items():
-            if len(deliveries) >= request.batch:
+        # Those out of attempts are not in it: they wait for the revive.
+        gone = []
+        expired = queue.expired(request.now_ms, request.max_attempts, limit=EXPIRED_PER_RECEIVE)
+        for offset, lease in expired.items():
+            if len(deliveries) >= request.batch or len(op.filtered) >= FILTERED_PER_RECEIVE:
                 break
             if offset in claims.offsets or lease.attempt >= request.max_attempts:
                 continue
             message = source.read(offset)
-            if message is None or not request.tag_filter.matches(message.properties.get(mc.TAGS)):
+            if message is None:
+                gone.append(offset)
+                continue
+            if not request.tag_filter.matches(message.properties.get(mc.TAGS)):
+                op.filtered.append((offset, lease.lease))
                 continue
             op.redo.append((offset, lease.lease, lease.attempt + 1))
             deliveries.append(Delivery(offset, message, lease.attempt + 1))
+        for offset in gone:
+            queue.set_aside(offset)  # retention removed it: the revive service ends its lease
     wanted = request.batch - len(deliveries)
     if wanted <= 0:
         return
@@ -171,7 +197,7 @@ def _select_fifo_below_frontier(request: Request, queue: PopQueue, claims: Queue
     """Expired leases and blocked messages, in queue order, one message group
     at a time: the first of a group that cannot go holds the rest."""
     op, deliveries = selection.op, selection.deliveries
-    expired = queue.expired(request.now_ms)
+    expired = queue.all_expired(request.now_ms, request.max_attempts)
     for offset in sorted(expired.keys() | queue.blocked.keys()):
         lease = expired.get(offset)
         group = (lease.message_group or "") if lease is not None else queue.blocked[offset]
@@ -187,6 +213,15 @@ def _select_fifo_below_frontier(request: Request, queue: PopQueue, claims: Queue
                 op.dropped.append(offset)  # never delivered, and gone with retention: nothing holds the group
             else:
                 held.add(group)  # the revive service ends the lease of a message that is gone
+            continue
+        if not request.tag_filter.matches(message.properties.get(mc.TAGS)):
+            # Filtered out now: it holds neither its message group nor the queue.
+            if lease is None:
+                op.dropped.append(offset)
+            elif len(op.filtered) < FILTERED_PER_RECEIVE:
+                op.filtered.append((offset, lease.lease))
+            else:
+                held.add(group)
             continue
         if lease is not None:
             op.redo.append((offset, lease.lease, lease.attempt + 1))

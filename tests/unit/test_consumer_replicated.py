@@ -14,7 +14,8 @@ import pytest
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
-from broker.consumer.receive import ReceiveParams
+from broker.consumer.receipt import ReceiptHandle
+from broker.consumer.receive import ReceiveParams, wall_clock_ms
 from broker.errors import BrokerError
 from broker.filter_expression import MATCH_ALL
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -185,3 +186,68 @@ async def test_a_backlog_out_of_attempts_goes_to_the_dead_letter_queue_a_bounded
     moved = [await consumer.reviver.revive_once() for _ in range(4)]
     assert moved == [5, 5, 2, 0] and store.max_offset(f"%DLQ%{GROUP}", 0) == 12
     assert all(q.in_flight == {} for _, q in consumer.state)
+
+
+def change_request(message: pb.Message, seconds: float) -> spb.ChangeInvisibleDurationRequest:
+    request = spb.ChangeInvisibleDurationRequest(group=pb.Resource(name=GROUP), topic=pb.Resource(name=TOPIC),
+                                                 receipt_handle=message.system_properties.receipt_handle,
+                                                 message_id=message.system_properties.message_id)
+    request.invisible_duration.FromTimedelta(timedelta(seconds=seconds))
+    return request
+
+
+async def test_an_ack_that_loses_the_race_to_a_change_of_invisible_duration_is_refused(cluster: BrokerCluster):
+    # Both calls pass their checks against the same lease; the change's entry
+    # is appended (and applied) first, so the ack's compare-and-set names a
+    # lease that no longer exists. It used to answer OK all the same, and the
+    # message came back after the new invisible time.
+    consumer = (await cluster.leader_broker()).consumer
+    message = (await consumer.receiver.receive(params(batch=1)))[0]
+    offset = ReceiptHandle.decode(message.system_properties.receipt_handle, GROUP, TOPIC).offset
+    changed, acked = await asyncio.gather(consumer.acks.change_invisible_duration(change_request(message, 2.0)),
+                                          consumer.acks.ack(ack_request(message)))
+    assert changed.status.code == pb.OK
+    assert consumer.state.lease_of(GROUP, TOPIC, 0, offset) is not None
+    assert acked.status.code == pb.INVALID_RECEIPT_HANDLE, acked.status
+    assert "superseded" in acked.entries[0].status.message, acked.entries[0].status
+
+
+async def test_an_ack_that_wins_the_race_answers_ok_and_so_does_a_repeat_of_it_in_flight(cluster: BrokerCluster):
+    consumer = (await cluster.leader_broker()).consumer
+    message = (await consumer.receiver.receive(params(batch=1)))[0]
+    offset = ReceiptHandle.decode(message.system_properties.receipt_handle, GROUP, TOPIC).offset
+    # Two acks of one handle in flight together (a client retrying): the
+    # second's compare-and-set is a no-op, but the message was acked by that
+    # handle, so both answer OK.
+    first, second, changed = await asyncio.gather(consumer.acks.ack(ack_request(message)),
+                                                  consumer.acks.ack(ack_request(message)),
+                                                  consumer.acks.change_invisible_duration(change_request(message, 2)),
+                                                  return_exceptions=True)
+    assert first.status.code == second.status.code == pb.OK, (first.status, second.status)
+    assert isinstance(changed, BrokerError) and changed.code == pb.INVALID_RECEIPT_HANDLE
+    assert consumer.state.lease_of(GROUP, TOPIC, 0, offset) is None
+
+
+@pytest.mark.parametrize("ack_first", [True, False])
+async def test_an_ack_racing_the_move_to_the_dead_letter_queue_either_acks_or_moves_never_both(cluster, ack_first):
+    # The last attempt's lease is about to run out: the ack passes its check,
+    # and the revive (whose clock is past the deadline) moves the message at
+    # the same moment. The copy used to be written before the lease was
+    # ended, so an acknowledged message also landed in %DLQ%.
+    store = await cluster.leader_store()
+    await store.update_group(SubscriptionGroupConfig(GROUP, retry_max_times=0))
+    consumer = (await cluster.leader_broker()).consumer
+    consumer._revive_task.cancel()
+    message = (await consumer.receiver.receive(params(batch=1)))[0]
+    offset = ReceiptHandle.decode(message.system_properties.receipt_handle, GROUP, TOPIC).offset
+    consumer.reviver.clock = lambda: wall_clock_ms() + 60_000
+    if ack_first:
+        acked, moved = await asyncio.gather(consumer.acks.ack(ack_request(message)), consumer.reviver.revive_once())
+    else:
+        moved, acked = await asyncio.gather(consumer.reviver.revive_once(), consumer.acks.ack(ack_request(message)))
+    dead_lettered = store.max_offset(f"%DLQ%{GROUP}", 0)
+    assert consumer.state.lease_of(GROUP, TOPIC, 0, offset) is None
+    assert (acked.status.code == pb.OK) != (dead_lettered == 1), (acked.status, dead_lettered)
+    assert dead_lettered == moved
+    if acked.status.code != pb.OK:
+        assert "dead-letter" in acked.entries[0].status.message

@@ -243,3 +243,20 @@ def test_a_damaged_chain_ends_the_walk_instead_of_looping(tmp_path: Path):
     found: list[int] = []
     loaded.select_phys_offsets(found, index_key_hash("TopicTest#k"), 100, 0, T0 * 2)
     assert found == [300, 200, 100]
+
+
+def test_a_crash_before_the_header_is_written_cuts_no_chain(tmp_path: Path, monkeypatch):
+    # Items and slots go in before the header: a kill in between left the
+    # slot pointing past the header's count, load read it as empty, and the
+    # replay started a new chain, losing every older item of the key.
+    service = IndexService.open(str(tmp_path), hash_slot_num=SLOTS, index_num=64, clock=fixed_clock())
+    service.put("TopicTest#k", 100, T0)
+    monkeypatch.setattr(IndexFile, "_write_header", lambda self: None)  # the kill comes before it
+    service.put("TopicTest#k", 200, T0 + 1000)
+    monkeypatch.undo()
+    service.close()
+    replayed = IndexService.open(str(tmp_path), hash_slot_num=SLOTS, index_num=64, clock=fixed_clock())
+    assert replayed.end_phys_offset == 100
+    for phys_offset in (200, 300):  # the apply loop replays from its checkpoint
+        replayed.put("TopicTest#k", phys_offset, T0 + phys_offset * 10)
+    assert query(replayed, "k") == [300, 200, 100]

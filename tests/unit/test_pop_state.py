@@ -393,3 +393,78 @@ def test_stale_heap_entries_are_compacted():
         queue.release(i, i)
     assert len(queue._deadlines) <= 1024 + 2
     assert queue.next_deadline() is None and MATCH_ALL.matches_all
+
+
+# ---------------------------------------------------------- filter changes
+
+
+def tagged(*tags: str, groups: list[str] | None = None) -> ListSource:
+    return ListSource([MessageExt(topic=T, body=b"m%d" % offset, queue_offset=offset,
+                                  properties={mc.UNIQ_KEY: f"id{offset}", mc.TAGS: tag,
+                                              **({mc.MESSAGE_GROUP: groups[offset]} if groups else {})})
+                       for offset, tag in enumerate(tags)])
+
+
+@pytest.mark.parametrize("fifo", [False, True])
+def test_an_expired_lease_whose_message_no_longer_matches_the_filter_is_filtered_out(state, fifo):
+    # Received with *, never acked, then the group subscribes to TagA only:
+    # the TagB leases used to be skipped for good, never dead-lettered, and
+    # held the group's consumed offset at 0 forever.
+    source = tagged("TagB", "TagB", "TagB", "TagA", groups=["g1", "g2", "g3", "g4"] if fifo else None)
+    assert pop(state, 10, source, batch=3, fifo=fifo) == [0, 1, 2]
+    later = NOW + 10_001
+    assert pop(state, 11, source, batch=8, now=later, tags="TagA", fifo=fifo) == [3]
+    queue = state.queue(G, T, 0)
+    assert sorted(queue.in_flight) == [3] and queue.consumed_offset() == 3
+    assert state.lease_end(G, T, 0, 0, 10).how == "filtered"
+    # A lease still running is the consumer's: it is not taken away.
+    assert pop(state, 12, source, batch=8, now=later, tags="TagB", fifo=fifo) == []
+    assert sorted(queue.in_flight) == [3]
+
+
+def test_filtered_out_leases_are_bounded_per_receive(state, monkeypatch):
+    from broker.consumer import selection
+    monkeypatch.setattr(selection, "FILTERED_PER_RECEIVE", 4)
+    source = tagged(*["TagB"] * 10)
+    assert pop(state, 10, source, batch=10) == list(range(10))
+    assert pop(state, 11, source, batch=8, now=NOW + 10_001, tags="TagA") == []
+    assert len(state.queue(G, T, 0).in_flight) == 6
+
+
+def test_receive_attempt_ids_survive_a_restart_from_the_snapshot(state, tmp_path):
+    # They were neither in popState.json nor in metadata snapshots: a node
+    # restarted from its file answered a retried receive with nothing.
+    selection = select(Request(G, T, 0, 2, NOW + 10_000, NOW, 17, MATCH_ALL, attempt_id="a1"), None, 0, None,
+                       messages(4))
+    apply(state, 10, selection.op)
+    state.persist(force=True)
+    restarted = PopStateManager(str(tmp_path))
+    restarted.load()
+    assert restarted.recent_receive(G, "a1") == state.recent_receive(G, "a1") is not None
+    assert restarted.encode() == state.encode()
+
+
+# ------------------------------------------------------- metadata snapshots
+
+
+async def test_a_replica_lacking_the_state_decodes_a_snapshot_off_the_event_loop(tmp_path):
+    # Decoding a million leases took a replica's loop 1-3 s; now a worker
+    # thread builds the state while ops after the snapshot wait in order, and
+    # the result equals applying the snapshot and the ops on the loop.
+    from store.metadata_snapshot import MetadataSnapshotHandler, capture_payload
+    leader = PopStateManager(str(tmp_path / "leader"))
+    pop(leader, 10, messages(10))
+    leader.queue(G, T, 0).restore({o: Lease(10, NOW + o, 1) for o in range(50_000)})
+    payload = capture_payload([leader])()
+    replica = PopStateManager(str(tmp_path / "replica"))
+    handler = MetadataSnapshotHandler([replica])
+    handler.start(-1, log_lost_entries=True)
+    handler.apply(11, 200, payload)
+    assert replica.restoring                       # the decode runs in a thread
+    ack = AckOp(G, T, 0, [(0, 10), (1, 10)])
+    for manager in (leader, replica):
+        apply(manager, 12, ack)                     # waits for the decode on the replica
+    assert replica.snapshot(force=True) is None     # no file claims what is not installed yet
+    await replica.restored()
+    assert not replica.restoring and replica.applied_index == 12
+    assert replica.encode() == leader.encode()

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from types import SimpleNamespace
 
 import pytest
+
+from broker.message_ids import MessageIdTable
+from store import codec
+from store.commit_log import DLEDGER_HEADER_SIZE
 
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from tests.unit.broker_harness import BrokerCluster, protocol_message
@@ -99,3 +104,62 @@ async def _new_leader(cluster: BrokerCluster, candidates: list[str], term: int) 
             return leaders[0]
         await asyncio.sleep(0.02)
     raise AssertionError(cluster.describe())
+
+
+async def test_a_retry_after_every_node_restarted_from_its_checkpoint_is_answered_not_stored(cluster: BrokerCluster):
+    # The table was only derived from messages applied since the start: a
+    # node restarted from a checkpoint past the message forgot it, and stored
+    # the producer's retry a second time.
+    leader = await cluster.wait_leader()
+    message = protocol_message("Dedupe", b"once")
+    first = await cluster.brokers[leader].sender.send([message])
+    await cluster.wait_applied()
+    for store in cluster.stores.values():
+        await store.persist_configs(force=True)
+        await store.flush()                     # the checkpoint now covers the message
+    await cluster.stop()
+    await cluster.start()
+    new = await cluster.wait_leader()
+    assert cluster.stores[new].checkpoint.applied_index >= first_index(cluster, new, message)
+    again = await cluster.brokers[new].sender.send([message])
+    assert again.status.code == pb.OK, again.status
+    assert again.entries[0].offset == first.entries[0].offset
+    await cluster.wait_applied()
+    assert copies(cluster, new, "Dedupe").count(b"once") == 1
+    tables = [list(broker.sender.recent._table.items()) for broker in cluster.brokers.values()]
+    assert tables[0] == tables[1] == tables[2] and len(tables[0]) == 1
+
+
+def test_the_table_holds_the_messages_of_the_last_window_of_entries():
+    table = MessageIdTable(window=3)
+    for index in (10, 11, 13):
+        table.on_arrival(SimpleNamespace(uniq_key=f"id{index}", topic="T", queue_id=0, queue_offset=index,
+                                         physical_offset=index), index)
+    assert [table.get("T", f"id{i}") is not None for i in (10, 11, 13)] == [False, True, True]
+
+
+def first_index(cluster: BrokerCluster, node: str, message) -> int:
+    log_store = cluster.servers[node].store
+    message_id = message.system_properties.message_id.encode()
+    return next(i for i in range(log_store.ledger_begin_index, log_store.ledger_end_index + 1)
+                if message_id in log_store.get(i).body)
+
+
+async def test_a_log_clients_append_shaped_like_a_message_is_not_read_back_as_one(cluster: BrokerCluster):
+    # The rebuild reads the log as the apply loop does: a raw append that
+    # copies a stored message's bytes (its id included) is not a message.
+    leader = await cluster.wait_leader()
+    message = protocol_message("Dedupe", b"once")
+    await cluster.brokers[leader].sender.send([message])
+    await cluster.wait_applied()
+    log_store = cluster.servers[leader].store
+    forged = bytearray(log_store.get(first_index(cluster, leader, message)).body)
+
+    def place(positions: list[int]) -> None:  # a forger who guessed where it lands
+        codec.patch_offsets(forged, 0, positions[0] + DLEDGER_HEADER_SIZE)
+
+    await cluster.servers[leader].append([forged], prepare=place)   # the Append RPC's channel
+    await cluster.wait_applied()
+    table = MessageIdTable(window=1000)
+    await table.rebuild(cluster.servers[leader], cluster.stores[leader].applied_index, 1 << 20)
+    assert [index for index, _ in table._table.values()] == [first_index(cluster, leader, message)]
