@@ -104,6 +104,9 @@ class StatusCollector(Collector):
             "dledger_committed_index": ("Highest committed index known", lambda s: s.committed_index),
             "dledger_flushed_index": ("Highest index on this node's disk", lambda s: s.flushed_index),
             "dledger_pending_appends": ("Client appends waiting for a quorum", lambda s: s.pending_appends),
+            "dledger_event_loop_lag_seconds": ("The event loop's longest stall in the last 10 s",
+                                               lambda s: s.loop_lag_s),
+            "dledger_event_loop_stalls": ("Event loop stalls longer than 50 ms since start", lambda s: s.loop_stalls),
         }
         families: list[Metric] = []
         for name, (help_text, read) in simple.items():

@@ -33,7 +33,7 @@ import json
 import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from dledger.errors import DLedgerError, ResponseCode
 
@@ -44,7 +44,7 @@ MAX_PRODUCER_ID_BYTES = 128
 
 # Sequences remembered per producer: well above the requests a client keeps
 # in flight (dledger/client.py sends at most a handful at once).
-DEFAULT_SEQUENCES = 256
+DEFAULT_SEQUENCES = 64
 DEFAULT_MAX_PRODUCERS = 10_000
 DEFAULT_WINDOW_MS = 120_000           # NATS JetStream's default duplicate window
 
@@ -84,8 +84,22 @@ def check_producer_request(producer_id: str, sequence: int) -> None:
 
 @dataclass(frozen=True)
 class Snapshot:
-    text: str                                  # the file's content
+    head: str                                  # the JSON object before the producers
+    parts: list[str]                           # each producer's JSON, in table order
     encoded: dict[str, tuple[object, str]]     # producer -> (the copy it encoded, its JSON)
+
+    def chunks(self, per_chunk: int = 256) -> Iterator[bytes]:
+        """The file's content in pieces: joining a table at its limits (tens of
+        MB) in one call would hold the GIL, and with it the event loop, for
+        a tenth of a second."""
+        yield f'{self.head[:-1]},"producers":['.encode()
+        for start in range(0, len(self.parts), per_chunk):
+            yield (("," if start else "") + ",".join(self.parts[start:start + per_chunk])).encode()
+        yield b"]}"
+
+    @property
+    def text(self) -> str:
+        return b"".join(self.chunks()).decode()
 
 
 @dataclass(frozen=True)
@@ -212,7 +226,7 @@ class ProducerTable:
                     encoded[pid] = (fragment, text)
                     fragment = text
                 parts.append(fragment)
-            return Snapshot(f'{head[:-1]},"producers":[{",".join(parts)}]}}', encoded)
+            return Snapshot(head, parts, encoded)
 
         return encode
 

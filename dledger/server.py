@@ -23,6 +23,7 @@ from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
 from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
 from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
+from dledger.loop_lag import LoopLagMonitor
 from dledger.producer_table import Snapshot
 from dledger.store.file_store import AppendHook, DLedgerFileStore
 from dledger.store.properties import write_atomic
@@ -59,6 +60,7 @@ class DLedgerServer:
         # Each returns the first index its owner (a state machine built on the
         # log, such as the message store) still needs; retention keeps it.
         self.retention_floors: list[Callable[[], int]] = []
+        self.loop_lag = LoopLagMonitor()
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -73,7 +75,8 @@ class DLedgerServer:
         self.pusher.load_producers(self._producers_path)
         self._producers_snapshot_index = self.pusher.producers.applied_index
         self.pusher.start()
-        self._tasks = [start_task(self.elector.run(), "DLedgerLeaderElector"),
+        self._tasks = [start_task(self.loop_lag.run(), "LoopLagMonitor"),
+                       start_task(self.elector.run(), "DLedgerLeaderElector"),
                        start_task(self._checkpointer(), "Checkpointer"),
                        start_task(self._retention(), "CleanSpaceService")]
         self.started = True
@@ -323,7 +326,8 @@ class DLedgerServer:
             ledger_begin_index=store.ledger_begin_index, ledger_end_index=store.ledger_end_index,
             ledger_end_term=store.ledger_end_term, committed_index=ms.committed_index,
             flushed_index=store.flushed_index,
-            pending_appends=self.pusher.quorum.pending_entries() if self.pusher else 0, peers=peers)
+            pending_appends=self.pusher.quorum.pending_entries() if self.pusher else 0, peers=peers,
+            loop_lag_s=self.loop_lag.lag_s, loop_stalls=self.loop_lag.stalls)
 
     # --------------------------------------------------------- housekeeping
     async def _checkpointer(self) -> None:
@@ -355,7 +359,7 @@ class DLedgerServer:
 
         def write() -> Snapshot:
             snapshot = encode()
-            write_atomic(self._producers_path, snapshot.text.encode("utf-8"))
+            write_atomic(self._producers_path, snapshot.chunks())
             return snapshot
 
         snapshot = await asyncio.to_thread(write)
@@ -367,7 +371,7 @@ class DLedgerServer:
         captured = self.pusher.producers_snapshot()
         if captured is not None:
             snapshot = captured[1]()
-            write_atomic(self._producers_path, snapshot.text.encode("utf-8"))
+            write_atomic(self._producers_path, snapshot.chunks())
             self._producers_snapshot_index = captured[0]
 
     async def _retention(self) -> None:
@@ -375,7 +379,7 @@ class DLedgerServer:
             await asyncio.sleep(self.config.retention_check_interval_s)
             self.store.check_disk()
             keep_from = self._retention_floor()
-            deleted = self.store.delete_expired(keep_from, time.time() - self.config.retention_s)
+            deleted = await self.store.delete_expired_in_background(keep_from, time.time() - self.config.retention_s)
             if deleted:
                 log.info("retention deleted %d segment(s); ledger now begins at %d",
                          deleted, self.store.ledger_begin_index)

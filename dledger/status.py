@@ -30,6 +30,8 @@ class NodeStatus:
     flushed_index: int
     pending_appends: int
     peers: list[PeerStatus] = field(default_factory=list)
+    loop_lag_s: float = 0.0       # the event loop's longest stall in the last 10 s
+    loop_stalls: int = 0          # stalls longer than 50 ms since start
 
 
 class ServerObserver(Protocol):

@@ -2,6 +2,7 @@
 over gRPC, one long-lived channel per peer."""
 from __future__ import annotations
 
+import asyncio
 import time
 
 import grpc
@@ -22,6 +23,7 @@ CHANNEL_OPTIONS = channel_options(MAX_MESSAGE_BYTES, max_reconnect_backoff_ms=50
 # backoff (minutes): a container that comes back from a network cut with a
 # new address would stay unreachable that long. A new channel resolves anew.
 RENEW_FAILING_CHANNEL_AFTER_S = 5.0
+RETIRED_CHANNEL_GRACE_S = 2.0
 
 
 class GrpcTransport:
@@ -30,7 +32,7 @@ class GrpcTransport:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, dledger_pb2_grpc.DLedgerServiceStub] = {}
         self._failing_since: dict[str, float] = {}
-        self._retired: list[grpc.aio.Channel] = []
+        self._closing: set[asyncio.Task[None]] = set()
         for peer_id in self._addresses:
             self._open(peer_id)
 
@@ -58,9 +60,10 @@ class GrpcTransport:
         now = time.monotonic()
         since = self._failing_since.setdefault(peer_id, now)
         if now - since >= RENEW_FAILING_CHANNEL_AFTER_S:
-            # Calls still in flight on the old channel finish or fail there;
-            # it is closed with the others at the end.
-            self._retired.append(self._channels[peer_id])
+            # Calls still in flight on the old channel get a grace period to
+            # finish or fail there; then it is closed (a peer down for hours
+            # must not leave a channel behind every 5 s).
+            self._retire(self._channels[peer_id])
             self._open(peer_id)
             self._failing_since[peer_id] = now
 
@@ -77,6 +80,18 @@ class GrpcTransport:
                                   timeout: float) -> pb.LeadershipTransferResponse:
         return await self._call(peer_id, "LeadershipTransfer", request, timeout)
 
+    def _retire(self, channel: grpc.aio.Channel) -> None:
+        task = asyncio.get_running_loop().create_task(channel.close(grace=RETIRED_CHANNEL_GRACE_S))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    @property
+    def open_channels(self) -> int:
+        """Channels not yet closed (the current ones and those closing)."""
+        return len(self._channels) + len(self._closing)
+
     async def close(self) -> None:
-        for channel in [*self._channels.values(), *self._retired]:
+        for channel in self._channels.values():
             await channel.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)

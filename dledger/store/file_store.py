@@ -50,7 +50,8 @@ from dledger.entry import (
 from dledger.errors import CorruptLogError, DLedgerError, ResponseCode
 from dledger.store.properties import (fsync_dir, properties_text, read_properties, write_properties,
                                       write_temp)
-from dledger.store.segment_list import ZERO_FILL_BYTES, DirtyState, FsyncError, SegmentList, sync_dirty
+from dledger.store.segment_list import (ZERO_FILL_BYTES, DirtyState, FsyncError, SegmentList, delete_segments,
+                                       sync_dirty)
 
 log = logging.getLogger(__name__)
 
@@ -858,6 +859,38 @@ class DLedgerFileStore:
     def delete_expired(self, keep_from_index: int, older_than_wall_s: float) -> int:
         """Delete leading data segments whose entries are all below keep_from_index and
         whose mtime is before older_than_wall_s; returns how many went."""
+        count = self._move_begin_past_expired(keep_from_index, older_than_wall_s)
+        if count == 0:
+            return 0
+        # Checkpoint before unlinking: a crash in between leaves old files below
+        # the recorded begin, which the next pass deletes.
+        self.write_checkpoint()
+        self._data.delete_first(count)
+        self._delete_index_below(self.ledger_begin_index)
+        return count
+
+    async def delete_expired_in_background(self, keep_from_index: int, older_than_wall_s: float) -> int:
+        """delete_expired with the slow parts (checkpoint fsyncs, unlinking
+        whole segments, closing their files) in the flush thread: the event
+        loop only moves the begin and takes the segments out of the lists."""
+        if self._executor is None or self.failure:
+            return 0
+        count = self._move_begin_past_expired(keep_from_index, older_than_wall_s)
+        if count == 0:
+            return 0
+        # A checkpoint with the new begin goes to disk first (this one, or a
+        # newer one written meanwhile, which has it too).
+        epoch, first_start = self._epoch, self._data.first_start
+        await self.write_checkpoint_in_background()
+        if epoch != self._epoch or first_start != self._data.first_start:
+            return 0   # truncated or reset meanwhile: the next pass decides again
+        doomed = self._data.detach_first(count)
+        doomed += self._index.detach_first(self._index_segments_below(self.ledger_begin_index))
+        directories = [self._data.directory, self._index.directory]
+        await asyncio.get_running_loop().run_in_executor(self._executor, delete_segments, doomed, directories)
+        return count
+
+    def _move_begin_past_expired(self, keep_from_index: int, older_than_wall_s: float) -> int:
         count, first_kept_index = self._expired_prefix(keep_from_index, older_than_wall_s)
         if count == 0:
             return 0
@@ -870,11 +903,6 @@ class DLedgerFileStore:
             if self.flushed_index < first_kept_index - 1:
                 self.flushed_index = first_kept_index - 1
                 self.flushed_position = self._data.segments[count].start
-        # Checkpoint before unlinking: a crash in between leaves old files below
-        # the recorded begin, which the next pass deletes.
-        self.write_checkpoint()
-        self._data.delete_first(count)
-        self._delete_index_below(self.ledger_begin_index)
         return count
 
     def _expired_prefix(self, keep_from_index: int, older_than_wall_s: float) -> tuple[int, int]:
@@ -897,13 +925,16 @@ class DLedgerFileStore:
         return count, first_kept_index
 
     def _delete_index_below(self, begin_index: int) -> None:
+        self._index.delete_first(self._index_segments_below(begin_index))
+
+    def _index_segments_below(self, begin_index: int) -> int:
         limit = begin_index * INDEX_RECORD_SIZE
         count = 0
         for segment in self._index.segments:
             if segment.end > limit:
                 break
             count += 1
-        self._index.delete_first(count)
+        return count
 
     def check_disk(self) -> None:
         """Read-only while the disk is fuller than disk_full_ratio, or has less

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Iterable
 
 
 def write_properties(path: str, values: dict[str, str]) -> None:
@@ -18,22 +19,24 @@ def properties_text(values: dict[str, str]) -> bytes:
     return "".join(f"{key}={value}\n" for key, value in values.items()).encode("utf-8")
 
 
-def write_atomic(path: str, data: bytes) -> None:
+def write_atomic(path: str, data: bytes | Iterable[bytes]) -> None:
     """Replace `path` with `data`: temp file, fsync, rename, fsync the directory."""
     os.replace(write_temp(path, data), path)
     fsync_dir(os.path.dirname(path) or ".")
 
 
-def write_temp(path: str, data: bytes) -> str:
-    """Write `data` to a new temp file beside `path`, fsync it, return its name.
-    Each call gets its own file: a writer in a thread that outlived its
-    cancelled task must not rename another writer's half-written file."""
+def write_temp(path: str, data: bytes | Iterable[bytes]) -> str:
+    """Write `data` (bytes, or chunks of it) to a new temp file beside `path`,
+    fsync it, return its name. Each call gets its own file: a writer in a
+    thread that outlived its cancelled task must not rename another writer's
+    half-written file."""
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=os.path.basename(path) + ".",
                                suffix=".tmp")
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        for chunk in [data] if isinstance(data, (bytes, bytearray, memoryview)) else data:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view):]
         os.fchmod(fd, 0o644)
         os.fsync(fd)
     except BaseException:

@@ -181,6 +181,15 @@ class SegmentList:
         for _ in range(count):
             self._delete(self.segments.pop(0))
 
+    def detach_first(self, count: int) -> list[Segment]:
+        """Take the first `count` segments out of the list, to be deleted
+        elsewhere (delete_segments, in the flush thread)."""
+        detached = self.segments[:count]
+        del self.segments[:count]
+        for segment in detached:
+            self._dirty.pop(segment, None)
+        return detached
+
     def delete_all(self) -> None:
         while self.segments:
             self._delete(self.segments.pop())
@@ -220,6 +229,16 @@ class FsyncError(Exception):
     def __init__(self, error: OSError) -> None:
         super().__init__(f"{error.strerror or error}")
         self.error = error
+
+
+def delete_segments(segments: list[Segment], directories: list[str]) -> None:
+    """Flush thread: close and unlink detached segments, then make the
+    unlinks durable."""
+    for segment in segments:
+        segment.delete()
+    if segments:
+        for directory in directories:
+            fsync_dir(directory)
 
 
 def sync_dirty(state: DirtyState) -> int:

@@ -787,3 +787,20 @@ def test_a_checkpoint_renamed_just_before_a_truncate_is_rewritten_by_it(tmp_path
     recovered = open_store(crashed)
     assert recovered.ledger_end_index == 6
     recovered.close()
+
+
+async def test_retention_in_the_background_deletes_what_the_sync_path_would(tmp_path):
+    store = open_store(tmp_path)
+    store.append_as_leader(make_bodies(60), term=1)
+    await store.flush()
+    store.set_committed_index(store.ledger_end_index)
+    before = len(store._data.segments)
+    deleted = await store.delete_expired_in_background(keep_from_index=40, older_than_wall_s=time.time() + 60)
+    assert deleted > 0 and len(store._data.segments) == before - deleted
+    assert len(os.listdir(os.path.join(store.base_dir, "data"))) == len(store._data.segments)
+    begin = store.ledger_begin_index
+    assert 0 < begin <= 40 and store.get(begin).index == begin
+    store.close()
+    reopened = open_store(tmp_path)
+    assert reopened.ledger_begin_index == begin and reopened.ledger_end_index == 59
+    reopened.close()

@@ -1,0 +1,54 @@
+"""How long the event loop was stalled: the node's heartbeat health.
+
+Everything a node does for Raft (heartbeats, votes, pushes) runs on one
+event loop, so a callback that holds it for longer than the election timeout
+costs a leader its leadership. The monitor sleeps a short tick and measures
+how late it wakes: the lateness is the longest stall in that tick. It keeps
+the longest per second for the last `window_s` seconds (the
+`dledger_event_loop_lag_seconds` gauge reads their maximum) and counts
+stalls above `stall_s`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.02
+
+
+class LoopLagMonitor:
+    def __init__(self, window_s: int = 10, stall_s: float = 0.05) -> None:
+        self.window_s = window_s
+        self.stall_s = stall_s
+        self.stalls = 0                                     # ticks later than stall_s
+        self._seconds: deque[tuple[int, float]] = deque()   # (whole second, longest lag in it)
+
+    @property
+    def lag_s(self) -> float:
+        """The longest stall in the last window_s seconds."""
+        horizon = int(time.monotonic()) - self.window_s
+        return max((lag for second, lag in self._seconds if second > horizon), default=0.0)
+
+    def note(self, lag: float, now: float) -> None:
+        second = int(now)
+        if self._seconds and self._seconds[-1][0] == second:
+            if lag > self._seconds[-1][1]:
+                self._seconds[-1] = (second, lag)
+        else:
+            self._seconds.append((second, lag))
+            while self._seconds and self._seconds[0][0] <= second - self.window_s:
+                self._seconds.popleft()
+        if lag > self.stall_s:
+            self.stalls += 1
+            log.debug("event loop stalled for %.0f ms", lag * 1000)
+
+    async def run(self) -> None:
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(TICK_S)
+            now = time.monotonic()
+            self.note(max(0.0, now - before - TICK_S), now)
