@@ -107,6 +107,10 @@ class StatusCollector(Collector):
             "dledger_event_loop_lag_seconds": ("The event loop's longest stall in the last 10 s",
                                                lambda s: s.loop_lag_s),
             "dledger_event_loop_stalls": ("Event loop stalls longer than 50 ms since start", lambda s: s.loop_stalls),
+            "dledger_repairing": ("1 while the node repairs its log (a non-voter)", lambda s: int(s.repairing)),
+            "dledger_repair_until": ("The index a repairing node must hold again (-1: none)",
+                                     lambda s: s.repair_until),
+            "dledger_repairs": ("Repairs this process started (damaged entries found)", lambda s: s.repairs),
         }
         families: list[Metric] = []
         for name, (help_text, read) in simple.items():

@@ -35,6 +35,7 @@ from rpcgen import dledger_pb2_grpc
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc as messaging_grpc
 from store.config import MessageStoreConfig
 from store.message_store import MessageStore
+from dledger.errors import CorruptLogError
 from store.errors import StoreError, StoreStartError
 from store.socket_address import SocketAddress
 
@@ -98,7 +99,13 @@ class Node:
         # Bind before the log is opened: a second node started on this port
         # (or with this id) fails here, before it has touched anything.
         self._bind(config.bind_address)
-        await self.server.start()
+        try:
+            await self.server.start()
+        except CorruptLogError as error:
+            raise NodeStartError(
+                f"the log in {config.data_dir} cannot be opened: {error.message}. To rebuild this node from "
+                f"its peers, move {config.data_dir} aside and start it again: it rejoins as a non-voter and "
+                f"catches up") from None
         self.metrics.bind(self.server.status, asyncio.get_running_loop())
         broker_settings = broker_config(config, self.broker_settings)
         self.store = MessageStore(MessageStoreConfig(store_dir=os.path.join(config.data_dir, "store"),

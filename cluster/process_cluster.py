@@ -104,6 +104,17 @@ class ProcessCluster:
         proc.wait()
         self.paused.discard(node)
 
+    def stop_node(self, node: str, timeout: float = 10.0) -> None:
+        """SIGTERM: a clean stop (the node writes its checkpoint)."""
+        self.resume(node)
+        proc = self.procs.pop(node)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
     def pause(self, node: str) -> None:
         """SIGSTOP: the process keeps its sockets but runs no code, like a
         node stuck in a long GC pause or a VM that was frozen."""

@@ -142,6 +142,7 @@ def node_status_row(address: str, metadata: pb.MetadataResponse | None,
             "id": known_id, "address": address, "pid": None, "role": "unreachable",
             "term": None, "leader_id": None, "ledger_begin_index": None,
             "ledger_end_index": None, "committed_index": None, "metrics_address": None,
+            "repairing": None, "repair_until": None,
         }
     return {
         "id": metadata.self_id,
@@ -154,6 +155,8 @@ def node_status_row(address: str, metadata: pb.MetadataResponse | None,
         "ledger_end_index": metadata.ledger_end_index,
         "committed_index": metadata.committed_index,
         "metrics_address": metadata.metrics_address or None,
+        "repairing": metadata.repairing,
+        "repair_until": metadata.repair_until if metadata.repairing else None,
     }
 
 

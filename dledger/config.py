@@ -126,6 +126,13 @@ class DLedgerConfig:
     # commit index still needs them (DLedger: 72 h).
     retention_s: float = 72 * 3600.0
     retention_check_interval_s: float = 10.0
+    # A damaged entry at or below the flushed point (found at start-up or by
+    # the scrubber) cuts the log and makes the node repair from the leader as
+    # a non-voter; False: refuse to start instead (etcd's behaviour).
+    repair_damaged_log: bool = True
+    # The scrubber re-verifies committed entries (CRCs, chain links) at this
+    # rate, round and round, so damage is found before anyone needs the entry.
+    scrub_bytes_per_s: int = 8 << 20
     # Idempotent appends: a retry is recognised this long after its first
     # attempt (NATS JetStream's duplicate window); see dledger/producer_table.py.
     producer_window_s: float = 120.0

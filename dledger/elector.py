@@ -151,9 +151,10 @@ class DLedgerLeaderElector:
         now = self.clock.now()
         if now < self.next_vote_at:
             return self.next_vote_at - now
-        if self.store.read_only_reason:
+        if self.store.read_only_reason or self.member_state.repairing:
             # A node that cannot write (disk full) must not lead: it could not
-            # even append the entry that opens its term. Others can.
+            # even append the entry that opens its term. Nor may one whose log
+            # lacks entries it once acknowledged (repairing). Others can.
             self.next_vote_at = now + self._election_timeout()
             return self.next_vote_at - now
         await self.campaign()
@@ -178,6 +179,7 @@ class DLedgerLeaderElector:
         result = tally_votes(term, self.config.quorum, answers)
         if result.result is ParseResult.PASSED:
             log.info("won term %d with %d of %d votes", term, result.accepted, len(self.config.peers))
+            ms.found_cluster()
             ms.change_to_leader(term)
             return
         self._lost(result.max_term, f"vote in term {term}: {result.accepted} accepted")
@@ -229,7 +231,7 @@ class DLedgerLeaderElector:
         request = pb.VoteRequest(
             header=pb.Header(group=self.config.group, remote_id=peer, local_id=self.config.self_id, term=term),
             ledger_end_index=store.ledger_end_index, ledger_end_term=store.ledger_end_term,
-            pre_vote=pre_vote, leadership_transfer=transfer)
+            pre_vote=pre_vote, leadership_transfer=transfer, cluster_id=self.member_state.cluster_id)
         try:
             response = await self.transport.vote(peer, request, self.config.rpc_timeout_s)
         except TransportError:
@@ -249,7 +251,7 @@ class DLedgerLeaderElector:
         request = pb.HeartBeatRequest(
             header=pb.Header(group=self.config.group, remote_id=peer, local_id=self.config.self_id,
                              leader_id=self.config.self_id, term=term),
-            committed_index=ms.committed_index)
+            committed_index=ms.committed_index, cluster_id=ms.cluster_id)
         try:
             response = await self.transport.heartbeat(peer, request, self.config.rpc_timeout_s)
         except TransportError:
@@ -297,10 +299,12 @@ class DLedgerLeaderElector:
         view = VoterView(self_id=ms.self_id, peer_ids=frozenset(self.config.peer_ids), term=ms.term,
                          vote_for=ms.vote_for, ledger_end_term=store.ledger_end_term,
                          ledger_end_index=store.ledger_end_index, leader_alive=ms.leader_is_alive(),
-                         taking_leadership=ms.term_to_take_leadership == ms.term + 1)
+                         taking_leadership=ms.term_to_take_leadership == ms.term + 1,
+                         cluster_id=ms.cluster_id, joined=ms.joined, repairing=ms.repairing)
         header = request.header
         decision = decide_vote(view, header.local_id, header.term, request.ledger_end_term,
-                               request.ledger_end_index, request.pre_vote, request.leadership_transfer)
+                               request.ledger_end_index, request.pre_vote, request.leadership_transfer,
+                               request.cluster_id)
         if decision.adopt_term:
             ms.adopt_term(header.term)
         if decision.grant:

@@ -6,12 +6,27 @@ keys currTerm and voteLeader, as in DLedger). They are written and fsynced
 even across a crash. The write is done inline on the event loop on purpose: it
 happens only on term changes and votes (a handful per failover), and doing it
 inline makes "persist, then answer" atomic with respect to every other handler.
+
+Two more keys are ours, for a disk that lies, fails or is replaced:
+- clusterId: the cluster's identity, made by its first leader and learned by
+  every node from the leader's messages. A node that starts without a
+  `currterm` (a new node, or one whose disk was wiped or replaced) cannot
+  know whether it voted in a term before, so it grants no vote to a
+  candidate of an existing cluster until it has learned the identity from a
+  leader and caught up (a fresh cluster's nodes, none with an identity yet,
+  elect their first leader as usual). Nodes of older versions, with a
+  `currterm` but no identity, vote as before.
+- repairUntil: >= 0 while the node repairs its log: it found a damaged entry
+  below what it had acknowledged (or lost its disk), cut its log there, and
+  neither votes, campaigns nor counts toward a quorum until it holds entries
+  up to this index again, fetched and CRC-checked from the leader.
 """
 from __future__ import annotations
 
 import errno
 import logging
 import os
+import uuid
 from enum import Enum
 from typing import Callable
 
@@ -50,20 +65,69 @@ class MemberState:
         self.term_to_take_leadership = -1
         self._listeners: list[RoleListener] = []
         self._path = os.path.join(config.data_dir, f"dledger-{config.self_id}", "currterm")
+        self.cluster_id = ""
+        self.repair_until = -1
+        # Started without a currterm: this node may have lost votes it gave.
+        self.lost_state = False
 
     # ---------------------------------------------------------- persistence
     def load(self) -> None:
         os.makedirs(os.path.dirname(self._path), exist_ok=True)
         if not os.path.exists(self._path):
+            self.lost_state = True
+            log.info("no %s: a new node, or one that lost its disk; it votes once it has joined "
+                     "(learned the cluster's identity from a leader and caught up)", self._path)
             return
         values = read_properties(self._path)
         self.term = int(values.get("currTerm", "0") or 0)
         self.vote_for = values.get("voteLeader", "")
-        log.info("loaded term %d vote %r", self.term, self.vote_for)
+        self.cluster_id = values.get("clusterId", "")
+        self.repair_until = int(values.get("repairUntil", "-1") or -1)
+        log.info("loaded term %d vote %r cluster %r%s", self.term, self.vote_for, self.cluster_id,
+                 f", repairing up to {self.repair_until}" if self.repairing else "")
 
-    def _persist(self, term: int, vote_for: str) -> None:
+    @property
+    def repairing(self) -> bool:
+        return self.repair_until >= 0
+
+    @property
+    def joined(self) -> bool:
+        """May grant votes to a candidate of a cluster with an identity."""
+        return not self.lost_state or bool(self.cluster_id)
+
+    def learn_cluster(self, cluster_id: str, leader_committed: int) -> None:
+        """A leader's message named the cluster: a node that lost its state
+        joins it as a non-voter until it holds what the leader had committed."""
+        if self.cluster_id or not cluster_id:
+            return
+        repair_until = max(self.repair_until, leader_committed) if self.lost_state else self.repair_until
+        self._persist(self.term, self.vote_for, cluster_id=cluster_id, repair_until=repair_until)
+        log.info("joined cluster %s%s", cluster_id,
+                 f"; a non-voter until it holds entries up to {repair_until}" if repair_until >= 0 else "")
+
+    def found_cluster(self) -> None:
+        """The first leader of a cluster without an identity gives it one."""
+        if not self.cluster_id:
+            self._persist(self.term, self.vote_for, cluster_id=uuid.uuid4().hex)
+            log.info("cluster identity %s created", self.cluster_id)
+
+    def start_repair(self, until: int) -> None:
+        self._persist(self.term, self.vote_for, repair_until=max(until, self.repair_until, 0))
+
+    def finish_repair(self) -> None:
+        self._persist(self.term, self.vote_for, repair_until=-1)
+
+    def _persist(self, term: int, vote_for: str, cluster_id: str | None = None,
+                 repair_until: int | None = None) -> None:
+        cluster_id = self.cluster_id if cluster_id is None else cluster_id
+        repair_until = self.repair_until if repair_until is None else repair_until
+        values = {"currTerm": str(term), "voteLeader": vote_for}
+        if cluster_id:
+            values["clusterId"] = cluster_id
+        if repair_until >= 0:
+            values["repairUntil"] = str(repair_until)
         try:
-            write_properties(self._path, {"currTerm": str(term), "voteLeader": vote_for})
+            write_properties(self._path, values)
         except OSError as error:
             if error.errno in (errno.ENOSPC, errno.EDQUOT):
                 # Not persisted, so not taken: no term moves and no vote is
@@ -73,6 +137,8 @@ class MemberState:
             raise
         self.term = term
         self.vote_for = vote_for
+        self.cluster_id = cluster_id
+        self.repair_until = repair_until
 
     # ------------------------------------------------------------- queries
     @property

@@ -19,7 +19,7 @@ from dledger.config import DLedgerConfig
 from dledger.elector import DLedgerLeaderElector
 from dledger.entry import CHANNEL_LOG_API, USER_MAGICS, DLedgerEntry
 from dledger.producer_table import check_producer_request
-from dledger.errors import DLedgerError, ResponseCode
+from dledger.errors import CorruptLogError, DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
 from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
 from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
@@ -61,11 +61,15 @@ class DLedgerServer:
         # log, such as the message store) still needs; retention keeps it.
         self.retention_floors: list[Callable[[], int]] = []
         self.loop_lag = LoopLagMonitor()
+        self.repairs = 0   # times this process found damage and started a repair
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self.member_state.load()
         self.store.open()
+        if self.store.damaged_from >= 0:
+            self.repairs += 1
+            self.member_state.start_repair(self.store.acknowledged_end)
         self.member_state.committed_index = self.store.committed_index
         self.pusher = DLedgerEntryPusher(self.config, self.store, self.member_state, self.transport,
                                          self.clock, self._on_commit)
@@ -76,6 +80,7 @@ class DLedgerServer:
         self._producers_snapshot_index = self.pusher.producers.applied_index
         self.pusher.start()
         self._tasks = [start_task(self.loop_lag.run(), "LoopLagMonitor"),
+                       start_task(self._scrubber(), "Scrubber"),
                        start_task(self.elector.run(), "DLedgerLeaderElector"),
                        start_task(self._checkpointer(), "Checkpointer"),
                        start_task(self._retention(), "CleanSpaceService")]
@@ -170,15 +175,26 @@ class DLedgerServer:
     def handle_heartbeat(self, request: pb.HeartBeatRequest) -> pb.HeartBeatResponse:
         elector, _ = self._require_started()
         self.check_peer_header(request.header)
-        return elector.handle_heartbeat(request)
+        self._check_cluster(request.cluster_id)
+        response = elector.handle_heartbeat(request)
+        self.member_state.learn_cluster(request.cluster_id, request.committed_index)
+        return response
 
     async def handle_push(self, request: pb.PushEntryRequest) -> pb.PushEntryResponse:
         elector, pusher = self._require_started()
         self.check_peer_header(request.header)
         if request.type == pb.APPEND and request.entry_count <= 0:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "APPEND push without entries")
+        self._check_cluster(request.cluster_id)
         elector.accept_leader(request.header)
+        self.member_state.learn_cluster(request.cluster_id, request.committed_index)
         return await pusher.handler.handle(request)
+
+    def _check_cluster(self, cluster_id: str) -> None:
+        known = self.member_state.cluster_id
+        if known and cluster_id and known != cluster_id:
+            raise DLedgerError(ResponseCode.UNKNOWN_GROUP,
+                               f"this node belongs to cluster {known}, the sender to {cluster_id}")
 
     async def handle_leadership_transfer(self, request: pb.LeadershipTransferRequest) -> pb.LeadershipTransferResponse:
         elector, _ = self._require_started()
@@ -305,7 +321,8 @@ class DLedgerServer:
             leader_address=s.leader_address, ledger_begin_index=s.ledger_begin_index,
             ledger_end_index=s.ledger_end_index, ledger_end_term=s.ledger_end_term,
             committed_index=s.committed_index, flushed_index=s.flushed_index, pid=pid,
-            metrics_address=metrics_address,
+            metrics_address=metrics_address, cluster_id=self.member_state.cluster_id,
+            repairing=s.repairing, repair_until=s.repair_until,
             peers=[pb.PeerState(id=p.id, address=p.address, watermark=p.watermark, lag=p.lag) for p in s.peers])
 
     # --------------------------------------------------------------- status
@@ -327,7 +344,51 @@ class DLedgerServer:
             ledger_end_term=store.ledger_end_term, committed_index=ms.committed_index,
             flushed_index=store.flushed_index,
             pending_appends=self.pusher.quorum.pending_entries() if self.pusher else 0, peers=peers,
-            loop_lag_s=self.loop_lag.lag_s, loop_stalls=self.loop_lag.stalls)
+            loop_lag_s=self.loop_lag.lag_s, loop_stalls=self.loop_lag.stalls,
+            repairing=ms.repairing, repair_until=ms.repair_until, repairs=self.repairs)
+
+    # ---------------------------------------------------------------- repair
+    async def _scrubber(self) -> None:
+        """Re-verify committed entries (CRCs and chain links) round and round,
+        at config.scrub_bytes_per_s, so that damage is found while the other
+        replicas still hold the entry, not when someone needs it."""
+        chunk = max(64 << 10, self.config.scrub_bytes_per_s // 8)
+        cursor = -1
+        while True:
+            await asyncio.sleep(chunk / max(1, self.config.scrub_bytes_per_s))
+            store = self.store
+            limit = min(self.member_state.committed_index, store.flushed_index, store.ledger_end_index)
+            if cursor < store.ledger_begin_index or cursor > limit:
+                cursor = store.ledger_begin_index
+                if cursor > limit:
+                    continue
+            try:
+                cursor, damaged = store.find_damage(cursor, chunk)
+            except CorruptLogError as error:
+                log.error("%s", error.message)
+                damaged = cursor
+            except DLedgerError:
+                cursor = -1   # the log moved under the cursor (retention, a reset): start over
+                continue
+            if damaged >= 0:
+                self.repair_damage(damaged)
+                cursor = -1
+
+    def repair_damage(self, index: int) -> None:
+        """A committed entry failed its check while running: cut the log there
+        and repair from the leader as a non-voter, up to everything this node
+        may have acknowledged. A leader steps down first."""
+        ms, store = self.member_state, self.store
+        until = max(store.ledger_end_index, ms.committed_index)
+        log.error("entry %d is damaged on this node: cutting the log before it and repairing from the leader "
+                  "up to entry %d (a non-voter until then)", index, until)
+        self.repairs += 1
+        ms.start_repair(until)
+        if ms.is_leader:
+            ms.change_to_candidate()
+        store.cut_damaged(index)
+        if self.pusher is not None:
+            self.pusher.handler.verified_end = min(self.pusher.handler.verified_end, store.ledger_end_index)
 
     # --------------------------------------------------------- housekeeping
     async def _checkpointer(self) -> None:

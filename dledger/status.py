@@ -32,6 +32,9 @@ class NodeStatus:
     peers: list[PeerStatus] = field(default_factory=list)
     loop_lag_s: float = 0.0       # the event loop's longest stall in the last 10 s
     loop_stalls: int = 0          # stalls longer than 50 ms since start
+    repairing: bool = False       # repairing its log: a non-voter until it holds repair_until
+    repair_until: int = -1
+    repairs: int = 0              # repairs started by this process
 
 
 class ServerObserver(Protocol):

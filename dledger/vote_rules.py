@@ -26,6 +26,9 @@ class VoterView:
     ledger_end_index: int
     leader_alive: bool         # heard from a live leader of this term recently
     taking_leadership: bool    # this node is itself taking over by transfer
+    cluster_id: str = ""       # the cluster's identity as this node knows it
+    joined: bool = True        # False: lost its state and has not learned the identity yet
+    repairing: bool = False    # repairing its log: a non-voter for now
 
 
 @dataclass(frozen=True)
@@ -44,11 +47,21 @@ def log_is_up_to_date(cand_end_term: int, cand_end_index: int, my_end_term: int,
 
 
 def decide_vote(view: VoterView, candidate_id: str, term: int, ledger_end_term: int,
-                ledger_end_index: int, pre_vote: bool, leadership_transfer: bool) -> VoteDecision:
+                ledger_end_index: int, pre_vote: bool, leadership_transfer: bool,
+                candidate_cluster_id: str = "") -> VoteDecision:
     if candidate_id not in view.peer_ids:
         return VoteDecision(pb.REJECT_UNKNOWN_LEADER)
     if candidate_id == view.self_id:
         return VoteDecision(pb.REJECT_UNEXPECTED_LEADER)
+    if view.cluster_id and candidate_cluster_id and view.cluster_id != candidate_cluster_id:
+        return VoteDecision(pb.REJECT_OTHER_CLUSTER)
+    # A node that repairs its log lacks entries it once acknowledged: its vote
+    # could elect a leader without them. A node that lost its state may have
+    # voted in this very term already. Neither votes (nor adopts the term).
+    if view.repairing:
+        return VoteDecision(pb.REJECT_REPAIRING)
+    if not view.joined and candidate_cluster_id:
+        return VoteDecision(pb.REJECT_NOT_JOINED)
     if term < view.term:
         return VoteDecision(pb.REJECT_EXPIRED_VOTE_TERM)
     # Leader stickiness: while we hear from a live leader we neither vote nor

@@ -21,6 +21,9 @@ class VoteResult(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REJECT_EXPIRED_LEDGER_TERM: _ClassVar[VoteResult]
     REJECT_SMALL_LEDGER_END_INDEX: _ClassVar[VoteResult]
     REJECT_TAKING_LEADERSHIP: _ClassVar[VoteResult]
+    REJECT_REPAIRING: _ClassVar[VoteResult]
+    REJECT_NOT_JOINED: _ClassVar[VoteResult]
+    REJECT_OTHER_CLUSTER: _ClassVar[VoteResult]
 
 class PushType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -41,6 +44,9 @@ REJECT_TERM_SMALL_THAN_LEDGER: VoteResult
 REJECT_EXPIRED_LEDGER_TERM: VoteResult
 REJECT_SMALL_LEDGER_END_INDEX: VoteResult
 REJECT_TAKING_LEADERSHIP: VoteResult
+REJECT_REPAIRING: VoteResult
+REJECT_NOT_JOINED: VoteResult
+REJECT_OTHER_CLUSTER: VoteResult
 PUSH_UNKNOWN: PushType
 APPEND: PushType
 COMMIT: PushType
@@ -68,18 +74,20 @@ class Header(_message.Message):
     def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., message: _Optional[str] = ..., leader_address: _Optional[str] = ...) -> None: ...
 
 class VoteRequest(_message.Message):
-    __slots__ = ("header", "ledger_end_index", "ledger_end_term", "pre_vote", "leadership_transfer")
+    __slots__ = ("header", "ledger_end_index", "ledger_end_term", "pre_vote", "leadership_transfer", "cluster_id")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
     LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
     PRE_VOTE_FIELD_NUMBER: _ClassVar[int]
     LEADERSHIP_TRANSFER_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     header: Header
     ledger_end_index: int
     ledger_end_term: int
     pre_vote: bool
     leadership_transfer: bool
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., pre_vote: _Optional[bool] = ..., leadership_transfer: _Optional[bool] = ...) -> None: ...
+    cluster_id: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., pre_vote: _Optional[bool] = ..., leadership_transfer: _Optional[bool] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class VoteResponse(_message.Message):
     __slots__ = ("header", "result", "ledger_end_index", "ledger_end_term")
@@ -94,12 +102,14 @@ class VoteResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., result: _Optional[_Union[VoteResult, str]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ...) -> None: ...
 
 class HeartBeatRequest(_message.Message):
-    __slots__ = ("header", "committed_index")
+    __slots__ = ("header", "committed_index", "cluster_id")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     header: Header
     committed_index: int
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., committed_index: _Optional[int] = ...) -> None: ...
+    cluster_id: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., committed_index: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class HeartBeatResponse(_message.Message):
     __slots__ = ("header",)
@@ -108,7 +118,7 @@ class HeartBeatResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ...) -> None: ...
 
 class PushEntryRequest(_message.Message):
-    __slots__ = ("header", "type", "index", "index_term", "committed_index", "entries", "entry_count", "reset", "reset_pos", "reset_chain_crc")
+    __slots__ = ("header", "type", "index", "index_term", "committed_index", "entries", "entry_count", "reset", "reset_pos", "reset_chain_crc", "cluster_id")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -119,6 +129,7 @@ class PushEntryRequest(_message.Message):
     RESET_FIELD_NUMBER: _ClassVar[int]
     RESET_POS_FIELD_NUMBER: _ClassVar[int]
     RESET_CHAIN_CRC_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     header: Header
     type: PushType
     index: int
@@ -129,10 +140,11 @@ class PushEntryRequest(_message.Message):
     reset: bool
     reset_pos: int
     reset_chain_crc: int
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., type: _Optional[_Union[PushType, str]] = ..., index: _Optional[int] = ..., index_term: _Optional[int] = ..., committed_index: _Optional[int] = ..., entries: _Optional[bytes] = ..., entry_count: _Optional[int] = ..., reset: _Optional[bool] = ..., reset_pos: _Optional[int] = ..., reset_chain_crc: _Optional[int] = ...) -> None: ...
+    cluster_id: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., type: _Optional[_Union[PushType, str]] = ..., index: _Optional[int] = ..., index_term: _Optional[int] = ..., committed_index: _Optional[int] = ..., entries: _Optional[bytes] = ..., entry_count: _Optional[int] = ..., reset: _Optional[bool] = ..., reset_pos: _Optional[int] = ..., reset_chain_crc: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class PushEntryResponse(_message.Message):
-    __slots__ = ("header", "type", "index", "ledger_end_index", "ledger_end_term", "flushed_index", "conflict_term", "conflict_index", "ledger_begin_index")
+    __slots__ = ("header", "type", "index", "ledger_end_index", "ledger_end_term", "flushed_index", "conflict_term", "conflict_index", "ledger_begin_index", "repairing")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +154,7 @@ class PushEntryResponse(_message.Message):
     CONFLICT_TERM_FIELD_NUMBER: _ClassVar[int]
     CONFLICT_INDEX_FIELD_NUMBER: _ClassVar[int]
     LEDGER_BEGIN_INDEX_FIELD_NUMBER: _ClassVar[int]
+    REPAIRING_FIELD_NUMBER: _ClassVar[int]
     header: Header
     type: PushType
     index: int
@@ -151,7 +164,8 @@ class PushEntryResponse(_message.Message):
     conflict_term: int
     conflict_index: int
     ledger_begin_index: int
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., type: _Optional[_Union[PushType, str]] = ..., index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., flushed_index: _Optional[int] = ..., conflict_term: _Optional[int] = ..., conflict_index: _Optional[int] = ..., ledger_begin_index: _Optional[int] = ...) -> None: ...
+    repairing: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., type: _Optional[_Union[PushType, str]] = ..., index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., flushed_index: _Optional[int] = ..., conflict_term: _Optional[int] = ..., conflict_index: _Optional[int] = ..., ledger_begin_index: _Optional[int] = ..., repairing: _Optional[bool] = ...) -> None: ...
 
 class LeadershipTransferRequest(_message.Message):
     __slots__ = ("header", "transferee_id", "take_leadership_ledger_index", "from_leader")
@@ -280,7 +294,7 @@ class PeerState(_message.Message):
     def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., watermark: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
-    __slots__ = ("header", "group", "self_id", "role", "term", "leader_id", "leader_address", "ledger_begin_index", "ledger_end_index", "committed_index", "peers", "pid", "metrics_address", "flushed_index", "ledger_end_term")
+    __slots__ = ("header", "group", "self_id", "role", "term", "leader_id", "leader_address", "ledger_begin_index", "ledger_end_index", "committed_index", "peers", "pid", "metrics_address", "flushed_index", "ledger_end_term", "cluster_id", "repairing", "repair_until")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     SELF_ID_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +310,9 @@ class MetadataResponse(_message.Message):
     METRICS_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     FLUSHED_INDEX_FIELD_NUMBER: _ClassVar[int]
     LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    REPAIRING_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_UNTIL_FIELD_NUMBER: _ClassVar[int]
     header: Header
     group: str
     self_id: str
@@ -311,4 +328,7 @@ class MetadataResponse(_message.Message):
     metrics_address: str
     flushed_index: int
     ledger_end_term: int
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., ledger_begin_index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[PeerState, _Mapping]]] = ..., pid: _Optional[int] = ..., metrics_address: _Optional[str] = ..., flushed_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ...) -> None: ...
+    cluster_id: str
+    repairing: bool
+    repair_until: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., ledger_begin_index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[PeerState, _Mapping]]] = ..., pid: _Optional[int] = ..., metrics_address: _Optional[str] = ..., flushed_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., cluster_id: _Optional[str] = ..., repairing: _Optional[bool] = ..., repair_until: _Optional[int] = ...) -> None: ...

@@ -45,6 +45,7 @@ from store.system_entry import SYSTEM_MAGIC_CODE, decode_system_entry
 log = logging.getLogger(__name__)
 
 DISK_RETRY_S = 1.0
+REFETCH_WAIT_S = 0.05
 
 # The loop yields to other tasks after this many entries, so that a long
 # catch-up (a restart, a new follower) does not starve the node's RPCs.
@@ -123,6 +124,11 @@ class ReputMessageService:
                 committed = self.server.member_state.committed_index
                 if self.applied_index >= committed:
                     await self.server.wait_committed(self.applied_index + 1)
+                    continue
+                if self._dispatched >= self.server.store.ledger_end_index:
+                    # Committed but not here: a log cut for repair is being
+                    # fetched again from the leader.
+                    await asyncio.sleep(REFETCH_WAIT_S)
                     continue
                 try:
                     self.apply_available(committed)

@@ -112,6 +112,12 @@ class Quota:
         self.used += nbytes
 
 
+def counted_flush(response: pb.PushEntryResponse) -> int:
+    """What a follower's answer adds to the quorum: its flushed index, or
+    nothing while it repairs its log (it lacks entries it once acknowledged)."""
+    return -1 if response.repairing else response.flushed_index
+
+
 class EntryDispatcher:
     def __init__(self, peer_id: str, config: DLedgerConfig, store: DLedgerFileStore,
                  member_state: MemberState, transport: Transport, quorum: QuorumAckChecker,
@@ -195,7 +201,7 @@ class EntryDispatcher:
         header = pb.Header(group=self.config.group, remote_id=self.peer_id, local_id=self.config.self_id,
                            leader_id=ms.self_id, term=self.term)
         return pb.PushEntryRequest(header=header, type=kind, index=index,
-                                   committed_index=ms.committed_index, **fields)
+                                   committed_index=ms.committed_index, cluster_id=ms.cluster_id, **fields)
 
     async def _push(self, request: pb.PushEntryRequest) -> pb.PushEntryResponse | None:
         """Send and check the answer's term; None when we are no longer leader of this term."""
@@ -232,7 +238,7 @@ class EntryDispatcher:
             self.state = (DispatchState.TRUNCATE if response.ledger_end_index > index
                           else DispatchState.APPEND)
             if self.state is DispatchState.APPEND:
-                self._start_append(response.flushed_index)
+                self._start_append(counted_flush(response))
             log.info("follower %s matches at %d (its end %d)", self.peer_id, index, response.ledger_end_index)
         elif code == ResponseCode.INCONSISTENT_STATE:
             if response.ledger_begin_index - 1 > index:
@@ -260,7 +266,7 @@ class EntryDispatcher:
             raise DLedgerError(ResponseCode.of(response.header.code),
                                f"TRUNCATE at {index}: {response.header.message}")
         self.state = DispatchState.APPEND
-        self._start_append(response.flushed_index)
+        self._start_append(counted_flush(response))
 
     def _start_append(self, flushed_index: int) -> None:
         """Send from just past the match. Only what the follower says it has
@@ -365,7 +371,7 @@ class EntryDispatcher:
             last = request.index + request.entry_count - 1
             self.acked_index = max(self.acked_index, last)
             # flushed_index lies inside the follower's prefix verified against us.
-            if self.quorum.update_watermark(self.term, self.peer_id, response.flushed_index):
+            if self.quorum.update_watermark(self.term, self.peer_id, counted_flush(response)):
                 self.on_ack()
         elif code == ResponseCode.REPEATED_PUSH:
             pass  # the follower holds the first copy; its answer or the push timeout settles it
@@ -409,7 +415,7 @@ class EntryDispatcher:
             return
         # A follower that matched by COMPARE before its fsync finished (or
         # whose APPEND answer was lost) reports its flush here.
-        if self.quorum.update_watermark(self.term, self.peer_id, min(response.flushed_index, self.acked_index)):
+        if self.quorum.update_watermark(self.term, self.peer_id, min(counted_flush(response), self.acked_index)):
             self.on_ack()
         if response.ledger_end_index < self.acked_index:
             # It lost entries it had acknowledged (a new disk, or an

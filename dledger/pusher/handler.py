@@ -53,6 +53,7 @@ class EntryHandler:
         self.store = store
         self.member_state = member_state
         self.on_commit = on_commit
+        self.on_repaired: Callable[[], None] = lambda: None
         self.verified_end = -1
         self._verified_term = -1   # the term whose leader verified_end was checked against
         self._waiting: dict[int, _WaitingAppend] = {}
@@ -107,13 +108,24 @@ class EntryHandler:
         store = self.store
         flushed = (store.flushed_index if self.config.flush_mode is FlushMode.SYNC
                    else store.ledger_end_index)
+        self._check_repaired(min(store.flushed_index, self.verified_end))
         return pb.PushEntryResponse(
             header=pb.Header(code=code, message=message, term=self.member_state.term,
                              leader_id=self.member_state.leader_id, local_id=self.config.self_id),
             type=request.type, index=request.index,
             ledger_end_index=store.ledger_end_index, ledger_end_term=store.ledger_end_term,
             flushed_index=min(flushed, self.verified_end), conflict_term=-1, conflict_index=-1,
-            ledger_begin_index=store.ledger_begin_index)
+            ledger_begin_index=store.ledger_begin_index, repairing=self.member_state.repairing)
+
+    def _check_repaired(self, held: int) -> None:
+        """A repairing node is a member again once it holds, on disk and
+        verified against the leader, everything up to what it once acknowledged."""
+        ms = self.member_state
+        if ms.repairing and held >= ms.repair_until:
+            log.info("repair complete: entries up to %d are on disk again; voting and counting again",
+                     ms.repair_until)
+            ms.finish_repair()
+            self.on_repaired()
 
     # -------------------------------------------------------------- COMPARE
     def _compare(self, request: pb.PushEntryRequest) -> pb.PushEntryResponse:

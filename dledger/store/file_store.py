@@ -141,6 +141,10 @@ class DLedgerFileStore:
         self.flushed_position = 0
         self.committed_index = -1
         self.read_only_reason = ""
+        # Set by open() when recovery cut the log at a damaged entry that was
+        # at or below the flushed point: the node must repair (see DLedgerServer).
+        self.damaged_from = -1
+        self.acknowledged_end = -1
         self._room_needed = 0   # bytes free needed to leave read-only after an ENOSPC
         self._read_only_logged_at = float("-inf")
         # Set when an fsync failed: the page cache can no longer be trusted
@@ -1145,16 +1149,16 @@ class DLedgerFileStore:
         if result.failure:
             failed_index = end_index + 1
             if failed_index <= committed or result.end_offset < flushed_position:
-                raise CorruptLogError(
+                self._found_damage(failed_index, checkpoint, CorruptLogError(
                     f"entry {failed_index} at pos {result.end_offset}: {result.failure}; it is below the "
-                    f"committed/flushed point (committed {committed}, flushed up to pos {flushed_position}), "
-                    f"refusing to cut it")
-            log.warning("cutting a torn tail at entry %d, pos %d: %s", failed_index, result.end_offset,
-                        result.failure)
+                    f"committed/flushed point (committed {committed}, flushed up to pos {flushed_position})"))
+            else:
+                log.warning("cutting a torn tail at entry %d, pos %d: %s", failed_index, result.end_offset,
+                            result.failure)
         elif end_index < committed or result.end_offset < flushed_position:
-            raise CorruptLogError(
+            self._found_damage(end_index + 1, checkpoint, CorruptLogError(
                 f"the log ends at entry {end_index} (pos {result.end_offset}) but the checkpoint says entries up "
-                f"to {committed} are committed and data is flushed up to pos {flushed_position}")
+                f"to {committed} are committed and data is flushed up to pos {flushed_position}"))
         self._data.truncate(result.end_offset)
         self._index.truncate((end_index + 1) * INDEX_RECORD_SIZE)
         self._delete_index_below(begin)
@@ -1167,8 +1171,70 @@ class DLedgerFileStore:
         self.flushed_position = self._data.write_position
         self.committed_index = min(committed, end_index)
         self._checkpoint_end_index = checkpoint.end_index if checkpoint else -1
+        if self.damaged_from >= 0:
+            # The cut goes to disk at once, with a checkpoint that no longer
+            # claims what was cut.
+            self._sync_everything()
+            self.write_checkpoint()
         log.info("opened %s: entries [%d, %d], committed %d, end term %d", self.base_dir, begin, end_index,
                  self.committed_index, self.ledger_end_term)
+
+    def _found_damage(self, index: int, checkpoint: Checkpoint | None, error: CorruptLogError) -> None:
+        """Damage at or below what this node flushed, so perhaps acknowledged:
+        refuse to open, or (repair_damaged_log) cut the log before it and note
+        how far the node must get again before it may vote."""
+        if not self.config.repair_damaged_log:
+            raise CorruptLogError(f"{error.message}; refusing to cut it")
+        self.damaged_from = index
+        self.acknowledged_end = max(index - 1, checkpoint.end_index if checkpoint else -1,
+                                    self._last_index_record())
+        log.error("%s: %s; cutting the log before entry %d and repairing it from the leader up to entry %d",
+                  self.base_dir, error.message, index, self.acknowledged_end)
+
+    def _last_index_record(self) -> int:
+        """The highest index with a record in the index files: everything this
+        node ever appended, so at least everything it ever acknowledged."""
+        for segment in reversed(self._index.segments):
+            end = segment.size
+            while end > 0:
+                start = max(0, end - (1 << 20))
+                chunk = segment.read(start, end - start)
+                stripped = len(chunk.rstrip(b"\0"))
+                if stripped:
+                    at = (stripped - 1) // INDEX_RECORD_SIZE * INDEX_RECORD_SIZE
+                    return INDEX_RECORD.unpack_from(chunk, at)[3]
+                end = start
+        return -1
+
+    # ================================================================= damage found while running
+
+    def find_damage(self, start_index: int, max_bytes: int) -> tuple[int, int]:
+        """Verify the entries from start_index (at most about max_bytes, CRCs
+        and chain links): (the next index to look at, the first damaged
+        index or -1)."""
+        data, count = self.read_raw(start_index, max_bytes, 1 << 30)
+        if count == 0:
+            return start_index, -1
+        chain = self.chain_crc_at(start_index - 1)
+        at = 0
+        for index in range(start_index, start_index + count):
+            try:
+                header = verify_entry(data, at, chain)
+                if header.index != index:
+                    raise CorruptLogError(f"entry {index}: data holds entry {header.index}")
+            except CorruptLogError as error:
+                log.error("%s: %s", self.base_dir, error.message)
+                return index, index
+            chain, at = header.chain_crc, at + header.size
+        return start_index + count, -1
+
+    def cut_damaged(self, first_bad: int) -> None:
+        """Drop the damaged entry and everything after it, committed or not:
+        the node is repairing and fetches them again from the leader."""
+        if first_bad > self.ledger_end_index:
+            return
+        self.committed_index = min(self.committed_index, first_bad - 1)
+        self.truncate(first_bad - 1)   # rewrites a checkpoint that points past the cut
 
 
 class _IndexRepairs:

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 STATUS_KEYS = {"id", "address", "pid", "role", "term", "leader_id", "ledger_begin_index",
-               "ledger_end_index", "committed_index", "metrics_address"}
+               "ledger_end_index", "committed_index", "metrics_address", "repairing", "repair_until"}
 ENTRY_KEYS = {"index", "term", "body_base64"}
 
 

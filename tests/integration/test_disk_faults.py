@@ -13,6 +13,7 @@ import pytest
 
 from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
+from dledger.entry import HEADER_SIZE, INDEX_RECORD, INDEX_RECORD_SIZE
 from dledger.errors import DLedgerError
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -121,3 +122,60 @@ async def test_a_node_whose_disk_fills_stays_up_read_only_and_recovers_by_itself
         cluster.kill_all()
         for mount in mounted:
             subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def flip_checkpointed_entry(data_dir: Path, node: str) -> int:
+    """Flip a body byte of the entry the node's checkpoint names (where its
+    recovery starts); returns that entry's index."""
+    base = data_dir / node / f"dledger-{node}"
+    checkpoint = dict(line.split("=", 1) for line in (base / "checkpoint").read_text().split())
+    index = int(checkpoint["endIndex"])
+    record_at = index * INDEX_RECORD_SIZE
+    index_files = sorted((base / "index").iterdir())
+    index_size = index_files[0].stat().st_size
+    segment = base / "index" / f"{record_at - record_at % index_size:020d}"
+    record = segment.read_bytes()[record_at % index_size:record_at % index_size + INDEX_RECORD_SIZE]
+    _, pos, _, found, _ = INDEX_RECORD.unpack(record)
+    assert found == index
+    data_size = sorted((base / "data").iterdir())[0].stat().st_size
+    path = base / "data" / f"{pos - pos % data_size:020d}"
+    with open(path, "r+b") as file:
+        file.seek(pos % data_size + HEADER_SIZE + 2)
+        byte = file.read(1)
+        file.seek(pos % data_size + HEADER_SIZE + 2)
+        file.write(bytes([byte[0] ^ 0x10]))
+    return index
+
+
+async def test_a_node_with_a_damaged_committed_entry_repairs_itself_on_restart(tmp_path: Path):
+    cluster = ProcessCluster(tmp_path)
+    cluster.start()
+    client = DLedgerClient(list(cluster.addresses.values()), deadline_s=10.0)
+    try:
+        leader = await find_leader(client, list(cluster.addresses.values()))
+        for i in range(50):
+            await client.append([b"entry-%d" % i])
+        victim = next(n for n in cluster.ids if n != leader)
+        await asyncio.sleep(1.5)                    # a checkpoint covers the entries
+        cluster.stop_node(victim)
+        damaged = flip_checkpointed_entry(tmp_path, victim)
+        cluster.start(victim)
+        await client.append([b"after"])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            rows = {row["id"]: row for row in await client.cluster_status()}
+            row = rows.get(victim, {})
+            if row.get("role") == "FOLLOWER" and row.get("repairing") is False and \
+                    row["ledger_end_index"] == rows[leader]["ledger_end_index"]:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"{victim} did not repair: {rows}")
+        text = (tmp_path / f"{victim}.log").read_text()
+        assert f"cutting the log before entry {damaged}" in text and "repair complete" in text
+        assert "Traceback" not in text
+        original = [e.body async for e in client.read(from_id=leader)]
+        assert [e.body async for e in client.read(from_id=victim)] == original
+    finally:
+        await client.close()
+        cluster.kill_all()

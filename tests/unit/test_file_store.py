@@ -241,7 +241,49 @@ def test_flipped_byte_in_the_committed_region_refuses_to_open(tmp_path: Path) ->
     flip_body_byte(store, pos)  # the entry recovery starts from
 
     with pytest.raises(CorruptLogError, match="entry 19 .*refusing to cut it"):
-        open_store(tmp_path)
+        open_store(tmp_path, repair_damaged_log=False)
+
+
+def test_a_damaged_committed_entry_is_cut_for_repair_when_allowed(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "live")
+    store.append_as_leader(make_bodies(20), term=1)
+    asyncio.run(store.flush())
+    store.set_committed_index(15)
+    store.write_checkpoint()       # recovery would start after entry 19: damage that very entry
+    store.append_as_leader(make_bodies(5, seed=9), term=1)
+    asyncio.run(store.flush())     # flushed (perhaps acknowledged), no checkpoint yet
+    pos = store.position_of(19)
+    crashed = crash_image(store, tmp_path / "crash")
+    store.close()
+    path = Path(crashed, "dledger-n0", "data", data_path(store, pos).name)
+    at = pos % DATA_FILE_SIZE + HEADER_SIZE + 3
+    patch_bytes(path, at, bytes([path.read_bytes()[at] ^ 0x40]))
+    reopened = open_store(crashed)
+    assert reopened.damaged_from == 19 and reopened.ledger_end_index == 18
+    assert reopened.acknowledged_end == 24     # every entry it had appended, damaged or not
+    reopened.close()
+    again = open_store(crashed)                # the cut is durable: a clean open now
+    assert again.ledger_end_index == 18 and again.damaged_from == -1
+    again.close()
+
+
+def test_the_scrubber_check_finds_a_flipped_byte_and_the_cut_drops_it(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.append_as_leader(make_bodies(30), term=1)
+    asyncio.run(store.flush())
+    store.set_committed_index(29)
+    store.write_checkpoint()
+    flip_body_byte(store, store.position_of(12))
+    index, damaged = 0, -1
+    while damaged < 0 and index <= store.ledger_end_index:
+        index, damaged = store.find_damage(index, 2000)
+    assert damaged == 12
+    store.cut_damaged(12)
+    assert store.ledger_end_index == 11 and store.committed_index == 11
+    store.close()
+    reopened = open_store(tmp_path)
+    assert reopened.ledger_end_index == 11
+    reopened.close()
 
 
 def test_flipped_byte_behind_the_checkpoint_is_caught_by_reads(tmp_path: Path) -> None:

@@ -1,0 +1,174 @@
+"""Damaged replicas repair themselves, and a node that lost its disk rejoins
+as a non-voter (issue 14): a damaged entry found at start-up or by the
+scrubber cuts the log; until the node holds again everything it may have
+acknowledged it neither votes, campaigns nor counts toward a quorum."""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+
+import pytest
+
+from dledger.entry import HEADER_SIZE
+from dledger.errors import DLedgerError, ResponseCode
+from dledger.member_state import Role
+from dledger.vote_rules import VoterView, decide_vote
+from rpcgen import dledger_pb2 as pb
+from tests.unit.raft_harness import Cluster
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    c = Cluster(str(tmp_path), scrub_bytes_per_s=8 << 20)
+    await c.start()
+    yield c
+    await c.stop()
+
+
+def flip_body_byte(cluster: Cluster, node: str, index: int) -> None:
+    store = cluster.servers[node].store
+    pos = store.position_of(index)
+    segment = store._data.find(pos)
+    at = pos - segment.start + HEADER_SIZE + 1
+    with open(segment.path, "r+b") as file:
+        file.seek(at)
+        byte = file.read(1)
+        file.seek(at)
+        file.write(bytes([byte[0] ^ 0x20]))
+
+
+async def eventually(condition, timeout: float = 10.0, what: str = "") -> None:  # noqa: ANN001
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"not in time: {what}")
+        await asyncio.sleep(0.02)
+
+
+def vote_request(candidate: str, term: int, cluster_id: str, end_index: int = 10**6, end_term: int = 10**6
+                 ) -> pb.VoteRequest:
+    return pb.VoteRequest(header=pb.Header(local_id=candidate, term=term), ledger_end_index=end_index,
+                          ledger_end_term=end_term, cluster_id=cluster_id)
+
+
+async def test_a_damaged_committed_entry_found_while_running_is_repaired_from_the_leader(cluster: Cluster):
+    leader = await cluster.wait_leader()
+    server = cluster.servers[leader]
+    for i in range(20):
+        await server.append([b"entry-%d" % i])
+    await cluster.wait_converged()
+    victim = next(n for n in cluster.servers if n != leader)
+    cluster.network.isolate(victim)          # the repair waits until it hears the leader again
+    flip_body_byte(cluster, victim, 5)
+    ms = cluster.servers[victim].member_state
+    await eventually(lambda: cluster.servers[victim].repairs == 1, what="the scrubber finds the damage")
+    assert ms.repairing and ms.repair_until >= 19 and cluster.servers[victim].store.ledger_end_index == 4
+    # Repairing: it answers every vote with REJECT_REPAIRING, whatever the log, and never campaigns.
+    answer = cluster.servers[victim].elector.handle_vote(vote_request(leader, ms.term + 5, ms.cluster_id))
+    assert answer.result == pb.REJECT_REPAIRING
+    await asyncio.sleep(1.0)
+    assert ms.role is not Role.LEADER and ms.repairing
+    cluster.network.heal()
+    await server.append([b"after"])
+    await eventually(lambda: not ms.repairing, what="the repair completes")
+    await cluster.wait_converged()
+    assert cluster.log_of(victim) == cluster.log_of(leader)
+
+
+async def test_a_repairing_follower_does_not_count_toward_the_quorum(cluster: Cluster):
+    leader = await cluster.wait_leader()
+    server = cluster.servers[leader]
+    await server.append([b"first"])
+    await cluster.wait_converged()
+    repairing, other = [n for n in cluster.servers if n != leader]
+    cluster.servers[repairing].member_state.start_repair(10**9)   # far from done
+    cluster.network.isolate(other)
+    with pytest.raises(DLedgerError) as error:
+        await server.append([b"needs a real quorum"])
+    assert error.value.code is ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
+    cluster.servers[repairing].member_state.finish_repair()
+    cluster.network.heal()
+    await cluster.wait_converged()
+
+
+async def test_damage_found_at_start_up_makes_a_non_voter_until_it_catches_up(tmp_path):
+    cluster = Cluster(str(tmp_path), checkpoint_interval_s=3600.0)
+    await cluster.start()
+    try:
+        leader = await cluster.wait_leader()
+        for i in range(10):
+            await cluster.servers[leader].append([b"e%d" % i])
+        await cluster.wait_converged()
+        victim = next(n for n in cluster.servers if n != leader)
+        store = cluster.servers[victim].store
+        store.write_checkpoint()
+        end = store.ledger_end_index
+        pos = store.position_of(end)
+        segment = store._data.find(pos)
+        await cluster.stop(victim)
+        # Damage the entry recovery starts from (the checkpoint's): it is committed.
+        with open(segment.path, "r+b") as file:
+            file.seek(pos - segment.start + HEADER_SIZE + 1)
+            byte = file.read(1)
+            file.seek(pos - segment.start + HEADER_SIZE + 1)
+            file.write(bytes([byte[0] ^ 0x01]))
+        await cluster.start(victim)
+        restarted = cluster.servers[victim]
+        assert restarted.member_state.repairing and restarted.store.ledger_end_index < end
+        assert restarted.repairs == 1
+        await cluster.servers[leader].append([b"more"])
+        await eventually(lambda: not restarted.member_state.repairing, what="repair completes")
+        await cluster.wait_converged()
+        assert cluster.log_of(victim) == cluster.log_of(leader)
+    finally:
+        await cluster.stop()
+
+
+async def test_a_node_that_lost_its_disk_rejoins_as_a_non_voter(tmp_path):
+    cluster = Cluster(str(tmp_path))
+    await cluster.start()
+    try:
+        leader = await cluster.wait_leader()
+        for i in range(10):
+            await cluster.servers[leader].append([b"e%d" % i])
+        await cluster.wait_converged()
+        cluster_id = cluster.servers[leader].member_state.cluster_id
+        assert cluster_id and all(s.member_state.cluster_id == cluster_id for s in cluster.servers.values())
+        victim = next(n for n in cluster.servers if n != leader)
+        term = cluster.servers[victim].member_state.term
+        await cluster.stop(victim)
+        shutil.rmtree(os.path.join(tmp_path, victim))            # a new, empty disk
+        cluster.network.isolate(victim)                           # it hears no leader at first
+        await cluster.start(victim)
+        fresh = cluster.servers[victim]
+        assert fresh.member_state.lost_state and not fresh.member_state.joined
+        # The vote it may already have given in this term is gone: it gives none.
+        answer = fresh.elector.handle_vote(vote_request(leader, term, cluster_id))
+        assert answer.result == pb.REJECT_NOT_JOINED
+        cluster.network.heal()
+        await eventually(lambda: fresh.member_state.cluster_id == cluster_id, what="it learns the identity")
+        await eventually(lambda: not fresh.member_state.repairing, what="it catches up")
+        await cluster.wait_converged()
+        assert cluster.log_of(victim) == cluster.log_of(leader)
+        assert fresh.member_state.joined
+    finally:
+        await cluster.stop()
+
+
+def test_vote_rules_for_identity_and_repair():
+    view = VoterView(self_id="n1", peer_ids=frozenset({"n0", "n1", "n2"}), term=3, vote_for="", ledger_end_term=1,
+                     ledger_end_index=5, leader_alive=False, taking_leadership=False, cluster_id="abc")
+    def decide(v: VoterView, cluster_id: str) -> int:  # noqa: E306
+        return decide_vote(v, "n0", 4, 1, 9, False, False, cluster_id).result
+    assert decide(view, "abc") == pb.ACCEPT
+    assert decide(view, "") == pb.ACCEPT                       # an older version's candidate
+    assert decide(view, "xyz") == pb.REJECT_OTHER_CLUSTER
+    from dataclasses import replace
+    assert decide(replace(view, repairing=True), "abc") == pb.REJECT_REPAIRING
+    fresh = replace(view, cluster_id="", joined=False, term=0)
+    assert decide(fresh, "abc") == pb.REJECT_NOT_JOINED
+    assert decide(fresh, "") == pb.ACCEPT                       # a new cluster's first election
