@@ -11,6 +11,11 @@ A failpoint fires, raising OSError with its errno, when it is armed:
 
 With neither, `fire` costs one dict lookup and one attribute check, so the
 calls stay in production code.
+
+`record` is the other direction: with the directory set, the node writes a
+value the harness needs and cannot see from outside (the position up to
+which its data is really fsynced, so that a torn-tail fault cuts only what
+was never acknowledged). Without it, `record` returns at once.
 """
 from __future__ import annotations
 
@@ -54,6 +59,31 @@ def fire(name: str, scope: str = "") -> None:
         except FileNotFoundError:
             return
         _raise(name)
+
+
+FLUSHED_POSITION = "flushed-position"   # the data position up to which fdatasync returned
+
+_recorded: dict[str, int] = {}   # name -> fd of its file
+
+
+def record(name: str, value: int) -> None:
+    """Overwrite `<dir>/<name>` with `value` (no fsync: the harness reads it
+    after SIGKILL, which leaves the page cache alone)."""
+    if _directory is None:
+        return
+    fd = _recorded.get(name)
+    if fd is None:
+        fd = _recorded[name] = os.open(os.path.join(_directory, name), os.O_RDWR | os.O_CREAT, 0o644)
+    text = b"%020d\n" % value
+    os.pwrite(fd, text, 0)
+
+
+def read_recorded(directory: str, name: str) -> int | None:
+    try:
+        with open(os.path.join(directory, name), "rb") as file:
+            return int(file.read().strip() or b"-1")
+    except FileNotFoundError:
+        return None
 
 
 def _raise(name: str) -> None:

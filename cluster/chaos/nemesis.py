@@ -23,10 +23,13 @@ import grpc
 
 from cluster.chaos.history import PROBE_PREFIX, FaultWindow, History
 from cluster.chaos.network import FaultNetwork, pairs_between
-from cluster.chaos.schedule import (COMBO, CRASH_WRITE, DELAY, ISOLATE_LEADER, KILL_LEADER, KILL_RANDOM,
-                                    ONE_WAY, PAUSE_LEADER, SPLIT, PlannedFault)
+from cluster.chaos import disk
+from cluster.chaos.schedule import (BITFLIP_RUNNING, BITFLIP_STOPPED, COMBO, CRASH_WRITE, DELAY, FSYNC_FAIL,
+                                    ISOLATE_LEADER, KILL_LEADER, KILL_RANDOM, ONE_WAY, PAUSE_LEADER, SPLIT,
+                                    TORN_TAIL, WIPE_DISK, PlannedFault)
 from cluster.chaos.workload import NOT_APPLIED, Workload, body_for
 from cluster.process_cluster import ProcessCluster
+from dledger import failpoints
 from dledger.client import DLedgerClient
 from dledger.errors import ResponseCode
 from rpcgen import dledger_pb2 as pb
@@ -59,6 +62,8 @@ class Nemesis:
             KILL_LEADER: self.kill_leader, KILL_RANDOM: self.kill_random, CRASH_WRITE: self.crash_write,
             ISOLATE_LEADER: self.isolate_leader, SPLIT: self.split, ONE_WAY: self.one_way,
             PAUSE_LEADER: self.pause_leader, DELAY: self.delay,
+            BITFLIP_STOPPED: self.bitflip_stopped, BITFLIP_RUNNING: self.bitflip_running,
+            TORN_TAIL: self.torn_tail, FSYNC_FAIL: self.fsync_fail, WIPE_DISK: self.wipe_disk,
         }
 
     async def run(self, plan: list[PlannedFault]) -> None:
@@ -136,6 +141,75 @@ class Nemesis:
         async def heal() -> None:
             self.cluster.resume(node)
         return ActiveFault(window, heal)
+
+    # ------------------------------------------------------------ storage
+    async def bitflip_stopped(self, rng: random.Random) -> ActiveFault:
+        node = rng.choice(self._running())
+        index = await self._committed_entry(node, rng)
+        self.cluster.kill(node)
+        detail = self._flip(node, index, rng)
+        return self._restart_at_heal(BITFLIP_STOPPED, node, detail)
+
+    async def bitflip_running(self, rng: random.Random) -> ActiveFault:
+        node = rng.choice(self._running())
+        index = await self._committed_entry(node, rng)
+        window = self.history.fault_started(BITFLIP_RUNNING, (node,), self._flip(node, index, rng))
+
+        async def heal() -> None:
+            pass   # the node's scrubber finds it and the node repairs itself
+        return ActiveFault(window, heal)
+
+    async def torn_tail(self, rng: random.Random) -> ActiveFault:
+        node = rng.choice(self._running())
+        self.cluster.kill(node)
+        torn = disk.tear_tail(disk.store_dir(self.cluster.base, node), self.cluster.failpoints_dir(node), rng)
+        detail = ("nothing recorded as flushed yet" if torn is None else
+                  f"fsynced to {torn.flushed}, written to {torn.written}, cut at {torn.cut} plus garbage")
+        return self._restart_at_heal(TORN_TAIL, node, detail)
+
+    async def fsync_fail(self, rng: random.Random) -> ActiveFault:
+        node = rng.choice(self._running())
+        self.cluster.arm_failpoint(node, failpoints.FSYNC)
+        window = self.history.fault_started(FSYNC_FAIL, (node,), "its next fdatasync fails")
+
+        async def heal() -> None:
+            (self.cluster.failpoints_dir(node) / failpoints.FSYNC).unlink(missing_ok=True)
+            proc = self.cluster.procs.get(node)
+            if proc is not None and proc.poll() is not None:
+                window.detail += f"; it stopped (exit {proc.returncode})"
+                self.cluster.procs.pop(node)
+                self.cluster.start(node)
+        return ActiveFault(window, heal)
+
+    async def wipe_disk(self, rng: random.Random) -> ActiveFault:
+        node = rng.choice(self._running())
+        self.cluster.kill(node)
+        disk.wipe(self.cluster.base, node)
+        return self._restart_at_heal(WIPE_DISK, node, "its data directory is empty when it restarts")
+
+    def _restart_at_heal(self, kind: str, node: str, detail: str) -> ActiveFault:
+        window = self.history.fault_started(kind, (node,), detail)
+
+        async def heal() -> None:
+            if not self.cluster.running(node):
+                self.cluster.start(node)
+        return ActiveFault(window, heal)
+
+    async def _committed_entry(self, node: str, rng: random.Random) -> int:
+        """A random entry that `node` holds and that is committed."""
+        meta = await self.admin.metadata(self.cluster.addresses[node])
+        if meta is None or meta.committed_index < meta.ledger_begin_index:
+            return -1
+        top = min(meta.committed_index, meta.flushed_index)
+        return rng.randint(meta.ledger_begin_index, max(meta.ledger_begin_index, top))
+
+    def _flip(self, node: str, index: int, rng: random.Random) -> str:
+        if index < 0:
+            return "no committed entry to damage"
+        try:
+            return disk.flip_entry(disk.store_dir(self.cluster.base, node), index, rng)
+        except (OSError, ValueError) as error:
+            return f"could not damage entry {index}: {error}"
 
     # ------------------------------------------------------------ network
     async def isolate_leader(self, rng: random.Random) -> ActiveFault:

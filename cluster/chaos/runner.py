@@ -29,6 +29,7 @@ from typing import Any
 
 from cluster.chaos.availability import longest_gap, recoveries, recovery_by_kind, recovery_stats
 from cluster.chaos.checker import CheckResult, LogEntry, check
+from cluster.chaos.disk import repair_summary
 from cluster.chaos.history import PROBE_PREFIX, History, Outcome
 from cluster.chaos.nemesis import Nemesis
 from cluster.chaos.network import FaultNetwork
@@ -71,6 +72,7 @@ class RunState:
     crashed: dict[str, int] = field(default_factory=dict)
     unconverged: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
+    still_repairing: list[str] = field(default_factory=list)
     logs: dict[str, list[LogEntry]] = field(default_factory=dict)
     traffic: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -140,6 +142,7 @@ async def _converge(options: ChaosOptions, cluster: ProcessCluster, admin: DLedg
         state.unconverged = alive
     else:
         state.unconverged = await wait_committed(admin, cluster, alive, barrier, options.convergence_timeout_s)
+        state.still_repairing = await wait_repaired(admin, cluster, alive, options.convergence_timeout_s)
     state.crashed.update(cluster.exited())
     for node in alive:
         if node in state.crashed:
@@ -165,6 +168,20 @@ async def wait_committed(admin: DLedgerClient, cluster: ProcessCluster, nodes: l
     return behind
 
 
+async def wait_repaired(admin: DLedgerClient, cluster: ProcessCluster, nodes: list[str],
+                        timeout_s: float) -> list[str]:
+    """Wait until no node repairs its log any more; returns the ones that still do."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + timeout_s
+    repairing = list(nodes)
+    while repairing and loop.time() < give_up:
+        answers = await asyncio.gather(*(admin.metadata(cluster.addresses[n]) for n in repairing))
+        repairing = [n for n, a in zip(repairing, answers) if a is None or a.repairing]
+        if repairing:
+            await asyncio.sleep(0.1)
+    return repairing
+
+
 async def read_log(admin: DLedgerClient, node: str) -> list[LogEntry]:
     """Node `node`'s whole committed log, the log's own entries included (so
     that holes and differences in NOOPs and producer marks show too)."""
@@ -181,12 +198,15 @@ def build_summary(options: ChaosOptions, state: RunState, result: CheckResult | 
     gap = longest_gap(history, 0.0, state.load_end_s)
     per_fault = recoveries(history)
     counts = result.counts() if result else {}
+    repairs = repair_summary(options.out_dir / "nodes")
     problems = {
         "no_logs_read": result is None,
         "crashed_nodes": bool(state.crashed),
         "unconverged_nodes": bool(state.unconverged),
         "unreadable_nodes": bool(state.unreadable),
         "checks": result is not None and not result.valid,
+        "votes_while_repairing": repairs.votes_while_repairing > 0,
+        "still_repairing": bool(state.still_repairing),
     }
     return {
         "seed": state.seed,
@@ -211,6 +231,10 @@ def build_summary(options: ChaosOptions, state: RunState, result: CheckResult | 
         "misplaced": counts.get("misplaced"),
         "failed_present": counts.get("failed_present"),
         "stale_leader_acks": counts.get("stale_leader_acks"),
+        "repairs": repairs.repairs,
+        "repairs_completed": repairs.completed,
+        "votes_while_repairing": repairs.votes_while_repairing,
+        "still_repairing": state.still_repairing,
         "crashed_nodes": state.crashed,
         "unconverged_nodes": state.unconverged,
         "unreadable_nodes": state.unreadable,

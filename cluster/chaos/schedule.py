@@ -21,13 +21,21 @@ ONE_WAY = "one-way"                # one node's bytes to the others (or theirs t
 PAUSE_LEADER = "pause-leader"      # SIGSTOP the leader for longer than the election timeout, then SIGCONT
 DELAY = "delay"                    # add latency to every peer link
 COMBO = "combo"                    # two of the above at once, the second starting a little later
+# Storage faults (cluster/chaos/disk.py): the node must repair itself.
+BITFLIP_STOPPED = "bitflip-stopped"  # stop a node, flip a bit of a committed entry, start it again
+BITFLIP_RUNNING = "bitflip-running"  # flip a bit of a committed entry under a running node
+TORN_TAIL = "torn-tail"              # SIGKILL a node, cut its data past its last fsync, add garbage
+FSYNC_FAIL = "fsync-fail"            # a node's next fdatasync fails (it must stop); restart it
+WIPE_DISK = "wipe-disk"              # a node comes back with an empty data directory
 
 BASE_KINDS = (KILL_LEADER, KILL_RANDOM, CRASH_WRITE, ISOLATE_LEADER, SPLIT, ONE_WAY, PAUSE_LEADER, DELAY)
-ALL_KINDS = BASE_KINDS + (COMBO,)
+DISK_KINDS = (BITFLIP_STOPPED, BITFLIP_RUNNING, TORN_TAIL, FSYNC_FAIL, WIPE_DISK)
+ALL_KINDS = BASE_KINDS + (COMBO,) + DISK_KINDS
 ALIASES: dict[str, tuple[str, ...]] = {
     "kill": (KILL_LEADER, KILL_RANDOM, CRASH_WRITE),
     "partition": (ISOLATE_LEADER, SPLIT, ONE_WAY),
     "pause": (PAUSE_LEADER,),
+    "disk": DISK_KINDS,
     "all": ALL_KINDS,
 }
 
@@ -97,6 +105,13 @@ def plan_schedule(seed: int, kinds: tuple[str, ...], duration_s: float,
 
 
 def _combo_parts(rng: random.Random, kinds: tuple[str, ...]) -> tuple[str, ...]:
+    # Two storage faults at once could damage a majority: combos take at most one.
+    pool = [k for k in kinds if k != COMBO]
+    if sum(k in DISK_KINDS for k in pool) > 1:
+        disk = [k for k in pool if k in DISK_KINDS]
+        first = rng.choice(pool)
+        rest = [k for k in pool if k != first and not (first in DISK_KINDS and k in DISK_KINDS)]
+        return (first, rng.choice(rest)) if rest else (first, rng.choice(BASE_KINDS))
     pool = [k for k in kinds if k != COMBO]
     if len(pool) < 2:
         pool = list(BASE_KINDS)

@@ -47,6 +47,7 @@ from dledger.entry import (
     entry_from_bytes,
     verify_entry,
 )
+from dledger import failpoints
 from dledger.errors import CorruptLogError, DLedgerError, ResponseCode
 from dledger.store.properties import (fsync_dir, properties_text, read_properties, write_properties,
                                       write_temp)
@@ -118,6 +119,9 @@ class ScanResult:
     last_chain_crc: int
     first_index: int | None  # first entry the scan itself read
     failure: str             # "" when the scan reached a clean end
+    # The bad entry is whole and a valid entry follows it: damage to data
+    # that was written and synced, not a write a crash cut short.
+    damaged: bool = False
 
 
 class DLedgerFileStore:
@@ -138,7 +142,7 @@ class DLedgerFileStore:
         self.before_begin_term = 0
         self.before_begin_chain_crc = 0
         self.flushed_index = -1
-        self.flushed_position = 0
+        self._flushed_position = 0
         self.committed_index = -1
         self.read_only_reason = ""
         # Set by open() when recovery cut the log at a damaged entry that was
@@ -168,6 +172,16 @@ class DLedgerFileStore:
         # flush thread wrote from older state is then not renamed into place.
         self._checkpoint_lock = threading.Lock()
         self._checkpoint_generation = 0
+
+    @property
+    def flushed_position(self) -> int:
+        """The data position up to which fdatasync has returned."""
+        return self._flushed_position
+
+    @flushed_position.setter
+    def flushed_position(self, position: int) -> None:
+        self._flushed_position = position
+        failpoints.record(failpoints.FLUSHED_POSITION, position)   # test harnesses only
 
     @property
     def write_position(self) -> int:
@@ -1084,9 +1098,9 @@ class DLedgerFileStore:
         min_repair_index = checkpoint.begin_index if checkpoint else 0
         repairs = _IndexRepairs(self._index, min_repair_index)
 
-        def result(failure: str) -> ScanResult:
+        def result(failure: str, damaged: bool = False) -> ScanResult:
             repairs.apply()
-            return ScanResult(offset, last_index, last_term, last_chain, first_index, failure)
+            return ScanResult(offset, last_index, last_term, last_chain, first_index, failure, damaged)
 
         while True:
             segment = self._data.find(offset)
@@ -1119,7 +1133,7 @@ class DLedgerFileStore:
                 try:
                     header = verify_entry(chunk, at, chain)
                 except CorruptLogError as e:
-                    return result(e.message)
+                    return result(e.message, self._followed_by_an_entry(offset, size, expected))
                 problem = _scan_problem(header, offset, expected, last_term)
                 if problem:
                     return result(problem)
@@ -1131,6 +1145,21 @@ class DLedgerFileStore:
                 offset += header.size
                 at += header.size
             repairs.apply()
+
+    def _followed_by_an_entry(self, offset: int, size: int, index: int | None) -> bool:
+        """Does a valid entry (the next index) start right after the bad one at
+        `offset`? A write a crash cut short leaves nothing valid after it in
+        practice (the flush covers every entry before the one it reports), so
+        this tells a flipped bit in synced data from a torn tail."""
+        try:
+            head = self._data.read_across(offset + size, HEADER_SIZE)
+            magic, entry_size = BLANK.unpack_from(head, 0)
+            if magic not in VALID_MAGICS or entry_size < HEADER_SIZE or entry_size > self.config.max_entry_size + 64:
+                return False
+            header = verify_entry(self._data.read_across(offset + size, entry_size), 0, None)
+        except CorruptLogError:
+            return False
+        return index is None or header.index == index + 1
 
     def _settle(self, result: ScanResult, checkpoint: Checkpoint | None, from_log_start: bool) -> None:
         """Judge where the scan stopped (torn tail or corruption), cut there, set the state."""
@@ -1148,10 +1177,13 @@ class DLedgerFileStore:
         end_index = result.last_index if result.last_index is not None else begin - 1
         if result.failure:
             failed_index = end_index + 1
-            if failed_index <= committed or result.end_offset < flushed_position:
+            if failed_index <= committed or result.end_offset < flushed_position or result.damaged:
                 self._found_damage(failed_index, checkpoint, CorruptLogError(
-                    f"entry {failed_index} at pos {result.end_offset}: {result.failure}; it is below the "
-                    f"committed/flushed point (committed {committed}, flushed up to pos {flushed_position})"))
+                    f"entry {failed_index} at pos {result.end_offset}: {result.failure}; "
+                    + ("a valid entry follows it, so it was written whole and then damaged"
+                       if result.damaged and failed_index > committed and result.end_offset >= flushed_position
+                       else f"it is below the committed/flushed point (committed {committed}, "
+                            f"flushed up to pos {flushed_position})")))
             else:
                 log.warning("cutting a torn tail at entry %d, pos %d: %s", failed_index, result.end_offset,
                             result.failure)

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from cluster.chaos.runner import ChaosOptions, run_chaos
-from cluster.chaos.schedule import (COMBO, CRASH_WRITE, DELAY, ISOLATE_LEADER, KILL_LEADER, KILL_RANDOM, ONE_WAY,
-                                    PAUSE_LEADER, SPLIT, ScheduleConfig)
+from cluster.chaos.schedule import (BITFLIP_RUNNING, BITFLIP_STOPPED, COMBO, CRASH_WRITE, DELAY, DISK_KINDS,
+                                    ISOLATE_LEADER, KILL_LEADER, KILL_RANDOM, ONE_WAY, PAUSE_LEADER, SPLIT,
+                                    WIPE_DISK, ScheduleConfig)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -71,3 +72,14 @@ async def test_paused_leader_is_replaced_before_it_resumes(tmp_path: Path):
 async def test_combined_faults_pass_every_check(tmp_path: Path):
     summary = await short_run(COMBO, tmp_path, seed=8, duration_s=5.0)
     assert len(summary["per_fault"]) == 2
+
+
+@pytest.mark.parametrize("kind", DISK_KINDS)
+async def test_storage_faults_are_repaired_and_lose_nothing(kind: str, tmp_path: Path):
+    summary = await short_run(kind, tmp_path, seed=7)
+    (fault,) = summary["per_fault"]
+    assert fault["kind"] == kind
+    assert summary["votes_while_repairing"] == 0 and not summary["still_repairing"]
+    if kind in (BITFLIP_STOPPED, BITFLIP_RUNNING, WIPE_DISK):
+        # The damaged (or emptied) node noticed, repaired itself and finished.
+        assert summary["repairs"] >= 1 and summary["repairs_completed"] >= 1, json.dumps(summary, indent=1)

@@ -846,3 +846,22 @@ async def test_retention_in_the_background_deletes_what_the_sync_path_would(tmp_
     reopened = open_store(tmp_path)
     assert reopened.ledger_begin_index == begin and reopened.ledger_end_index == 59
     reopened.close()
+
+
+def test_a_flipped_byte_past_the_checkpoint_with_entries_after_it_is_damage_not_a_torn_tail(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "live")
+    store.append_as_leader(make_bodies(10), term=1)
+    asyncio.run(store.flush())
+    store.set_committed_index(9)
+    store.write_checkpoint()
+    store.append_as_leader(make_bodies(10, seed=4), term=1)   # flushed, maybe acknowledged, not checkpointed
+    asyncio.run(store.flush())
+    pos = store.position_of(14)
+    crashed = crash_image(store, tmp_path / "crash")
+    store.close()
+    path = Path(crashed, "dledger-n0", "data", data_path(store, pos).name)
+    at = pos % DATA_FILE_SIZE + HEADER_SIZE + 3
+    patch_bytes(path, at, bytes([path.read_bytes()[at] ^ 0x04]))
+    reopened = open_store(crashed)
+    assert reopened.damaged_from == 14 and reopened.acknowledged_end == 19 and reopened.ledger_end_index == 13
+    reopened.close()
