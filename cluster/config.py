@@ -63,6 +63,8 @@ TUNING_FLAGS: list[tuple[str, str, str, str]] = [
     ("--preferred-leader", "preferred_leader_id", "ID", "a node that takes leadership back whenever it can"),
     ("--retention", "retention_s", "SECONDS", "how long a segment is kept"),
     ("--preallocate", "preallocate", "true|false", "allocate segment files up front"),
+    ("--scrub-pass-interval", "scrub_pass_interval_s", "SECONDS",
+     "start a pass of the scrubber (re-verifying committed entries) at most this often"),
     ("--advertised-addresses", "advertised_addresses", "ID=HOST:PORT,...",
      "where clients should connect to each node, when that differs from --peers (docker, proxies)"),
     ("--listen-address", "listen_address", "HOST:PORT",

@@ -131,8 +131,10 @@ class DLedgerConfig:
     # a non-voter; False: refuse to start instead (etcd's behaviour).
     repair_damaged_log: bool = True
     # The scrubber re-verifies committed entries (CRCs, chain links) at this
-    # rate, round and round, so damage is found before anyone needs the entry.
+    # rate, a pass at most every scrub_pass_interval_s, so damage is found
+    # before anyone needs the entry (0: no scrubbing).
     scrub_bytes_per_s: int = 8 << 20
+    scrub_pass_interval_s: float = 60.0
     # Idempotent appends: a retry is recognised this long after its first
     # attempt (NATS JetStream's duplicate window); see dledger/producer_table.py.
     producer_window_s: float = 120.0

@@ -17,7 +17,7 @@ from collections import deque
 
 log = logging.getLogger(__name__)
 
-TICK_S = 0.02
+TICK_S = 0.05
 
 
 class LoopLagMonitor:

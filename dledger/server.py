@@ -352,13 +352,22 @@ class DLedgerServer:
         """Re-verify committed entries (CRCs and chain links) round and round,
         at config.scrub_bytes_per_s, so that damage is found while the other
         replicas still hold the entry, not when someone needs it."""
+        if self.config.scrub_bytes_per_s <= 0:
+            return
         chunk = max(64 << 10, self.config.scrub_bytes_per_s // 8)
         cursor = -1
+        pass_started = float("-inf")
         while True:
-            await asyncio.sleep(chunk / max(1, self.config.scrub_bytes_per_s))
+            await asyncio.sleep(chunk / self.config.scrub_bytes_per_s)
             store = self.store
             limit = min(self.member_state.committed_index, store.flushed_index, store.ledger_end_index)
             if cursor < store.ledger_begin_index or cursor > limit:
+                # A new pass, once the last one is old enough: a small log is
+                # not re-read back to back.
+                wait = pass_started + self.config.scrub_pass_interval_s - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                pass_started = time.monotonic()
                 cursor = store.ledger_begin_index
                 if cursor > limit:
                     continue

@@ -45,7 +45,10 @@ log = logging.getLogger(__name__)
 # Small segments: a run writes megabytes, not gigabytes, and DLedger's 1 GiB
 # preallocated data files (3 GiB per run) fill a shared disk; rolling segments
 # also puts segment ends under the crashes. Flags given later override these.
-STORAGE_ARGS = ("--data-file-size", str(16 << 20), "--index-file-size", str(1 << 20))
+# A scrubber pass every second finds a flipped bit (the `disk` faults) while
+# the run lasts; the logs are megabytes, so that costs little.
+STORAGE_ARGS = ("--data-file-size", str(16 << 20), "--index-file-size", str(1 << 20),
+                "--scrub-pass-interval", "1")
 
 
 @dataclass(frozen=True)

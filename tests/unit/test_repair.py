@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 async def cluster(tmp_path):
-    c = Cluster(str(tmp_path), scrub_bytes_per_s=8 << 20)
+    c = Cluster(str(tmp_path), scrub_bytes_per_s=8 << 20, scrub_pass_interval_s=0.5)
     await c.start()
     yield c
     await c.stop()

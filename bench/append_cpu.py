@@ -1,0 +1,45 @@
+"""The append benchmarks of `bench.append` (1 KiB entries at 1, 16 and 128
+in flight, one per call and 64 per call) against a running cluster, with the
+CPU the three node processes spent per acknowledged entry (from /proc, pids
+from `dledger status`): on a 2-core machine shared with the client, CPU per
+entry says more than throughput alone. Run it against a cluster from one
+checkout and then another to compare them. One JSON line per configuration.
+
+    python -m bench.append_cpu --servers 127.0.0.1:20911,... [--duration 5]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+from bench.append import CONFIGURATIONS, SIZE
+from bench.proc_cpu import cpu_seconds_of
+from cluster.bench import bench_append, report_errors
+from dledger.client import DLedgerClient, parse_servers
+
+
+async def node_pids(servers: str) -> dict[str, int]:
+    async with DLedgerClient(parse_servers(servers)) as client:
+        return {row["id"]: row["pid"] for row in await client.cluster_status() if row["pid"]}
+
+
+async def main(servers: str, duration_s: float) -> None:
+    pids = await node_pids(servers)
+    for inflight, batch in CONFIGURATIONS:
+        before = cpu_seconds_of(pids)
+        result = await bench_append(servers, SIZE, inflight, duration_s, batch)
+        after = cpu_seconds_of(pids)
+        report_errors(result)
+        used = sum(after[n] - before[n] for n in after if n in before)
+        line = result.to_json()
+        line["node_cpu_us_per_entry"] = round(used / max(1, result.acked_entries) * 1e6, 1)
+        print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--servers", required=True)
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per configuration")
+    args = parser.parse_args()
+    asyncio.run(main(args.servers, args.duration))
