@@ -128,7 +128,8 @@ class ProducerTable:
         self.window_ms = window_ms
         self.applied_index = -1
         self.log_time_ms = 0          # the newest mark's wall time: the table's clock
-        self.early_drop_ms = -1       # last activity of the latest producer dropped for the count bound
+        # Last activity of the latest producer dropped for the count bound; -1: none ever was.
+        self.early_drop_ms = -1
         self._producers: OrderedDict[str, _Producer] = OrderedDict()  # least recently active first
         # Snapshots (see capture): producers changed since the last capture,
         # and per producer its JSON, or a copy of it not yet encoded.
@@ -181,7 +182,8 @@ class ProducerTable:
         if retry_age_ms > self.window_ms:
             raise self._unknown(producer_id, sequence, f"was first sent {retry_age_ms / 1000:.1f} s ago, "
                                 f"outside the {self.window_ms / 1000:.0f} s duplicate window")
-        if producer is None and retry_age_ms > 0 and self.early_drop_ms >= self.log_time_ms - 2 * self.window_ms:
+        if producer is None and retry_age_ms > 0 and self.early_drop_ms >= 0 and \
+                self.early_drop_ms >= self.log_time_ms - 2 * self.window_ms:
             raise self._unknown(producer_id, sequence, f"is a retry from a producer the table no longer holds "
                                 f"(more than {self.max_producers} producers were active)")
         return None

@@ -257,3 +257,10 @@ async def test_a_retry_outside_the_duplicate_window_is_refused_by_the_leader(clu
     assert (await leader.append([b"a"], producer_id="p", sequence=0, retry_age_ms=int(window_ms) + 1))[0] >= 0
     await cluster.wait_converged()
     assert user_bodies(cluster, leader.config.self_id) == [b"a"]
+
+
+def test_a_retry_from_an_unknown_producer_is_accepted_when_none_was_dropped_early():
+    table = ProducerTable(window_ms=10_000)
+    assert table.lookup("new", 1, retry_age_ms=50) is None       # e.g. its first attempt never arrived
+    table.apply_mark(1, mark("a", 0, at_ms=1_000))
+    assert table.lookup("new", 1, retry_age_ms=50) is None
