@@ -182,8 +182,14 @@ class DLedgerServer:
         if header.remote_id != self.config.self_id:
             raise DLedgerError(ResponseCode.UNKNOWN_MEMBER,
                                f"request addressed to {header.remote_id!r}, but this is {self.config.self_id!r}")
-        if header.local_id not in self.membership.known_ids() or header.local_id == self.config.self_id:
+        if header.local_id == self.config.self_id or (
+                header.local_id not in self.membership.known_ids() and not self._waiting_to_join()):
             raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"{header.local_id!r} is not a peer of this group")
+
+    def _waiting_to_join(self) -> bool:
+        """Started with --join and not a member yet: whichever leader adds
+        this node may contact it, even one its --peers did not name."""
+        return self.config.join and self.config.self_id not in self.membership.current.ids
 
     def check_group(self, header: pb.Header) -> None:
         if header.group and header.group != self.config.group:

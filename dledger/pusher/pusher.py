@@ -116,13 +116,15 @@ class DLedgerEntryPusher:
             if peer not in self.dispatchers:
                 dispatcher = self.dispatchers[peer] = self._new_dispatcher(peer)
                 self._dispatcher_tasks[peer] = start_task(dispatcher.run(), f"EntryDispatcher-{peer}")
-                log.info("replicating to %s from now on", peer)
+                if self.member_state.is_leader:
+                    log.info("replicating to %s from now on", peer)
         for peer in [p for p in self.dispatchers if p not in targets]:
             del self.dispatchers[peer]
             task = self._dispatcher_tasks.pop(peer, None)
             if task is not None:
                 task.cancel()
-            log.info("no longer replicating to %s", peer)
+            if self.member_state.is_leader:
+                log.info("no longer replicating to %s", peer)
         self._checker_wakeup.set()
 
     async def append_config(self, membership: Membership) -> AppendResult:

@@ -74,9 +74,12 @@ async def test_grow_to_five_kill_the_leader_mid_change_remove_two_originals(tmp_
         await asyncio.sleep(0.5)
 
         # A fourth node: learner, caught up under load, promoted.
+        # (Through the CLI, which waits for the promotion.)
         address = cluster.add_node("n3", members=["n0", "n1", "n2"])
-        members = await admin.add_member("n3", address, timeout_s=30.0)
-        assert {m["id"]: m["role"] for m in members}["n3"] == "voter"
+        added = await asyncio.to_thread(cli, "member", "add", "--servers", cluster.addresses["n0"], "--id", "n3",
+                                        "--address", address, "--json")
+        assert added.returncode == 0, added.stderr
+        assert {m["id"]: m["role"] for m in json.loads(added.stdout)["members"]}["n3"] == "voter"
 
         # A fifth, and the leader dies while it is being added.
         address = cluster.add_node("n4", members=["n0", "n1", "n2", "n3"])
@@ -92,8 +95,10 @@ async def test_grow_to_five_kill_the_leader_mid_change_remove_two_originals(tmp_
         dead = leader if leader in ("n0", "n1", "n2") else "n0"
         if dead != leader:
             cluster.kill(dead)
-        members = await admin.remove_member(dead)
-        assert dead not in {m["id"] for m in members}
+        live = [cluster.addresses[n] for n in cluster.ids if cluster.running(n)]
+        removed = await asyncio.to_thread(cli, "member", "remove", "--servers", ",".join(live), "--id", dead, "--json")
+        assert removed.returncode == 0, removed.stderr
+        assert dead not in {m["id"] for m in json.loads(removed.stdout)["members"]}
 
         # Remove a second original, live one (even if it leads now), then stop it.
         second = next(n for n in ("n0", "n1", "n2") if n != dead)
