@@ -278,16 +278,32 @@ class MembershipLog:
                  last_kept_index, self.current.describe())
         self._notify()
 
+    def install(self, index: int, body: bytes) -> None:
+        """A leader reset this follower's log: take its committed
+        configuration (the entries before the new begin are not coming)."""
+        try:
+            membership = Membership.from_json(body)
+        except (ValueError, KeyError, TypeError) as error:
+            log.error("the leader's configuration at %d is unreadable (%s); ignored", index, error)
+            return
+        self.committed_index, self.committed, self.history = index, membership, []
+        self._save()
+        log.info("membership from the leader (committed at %d): %s", index, membership.describe())
+        self._notify()
+
     def commit(self, committed_index: int) -> None:
         """Fold configurations at or below the commit index into the snapshot."""
         if not self.history or self.history[0][0] > committed_index:
             return
         while self.history and self.history[0][0] <= committed_index:
             self.committed_index, self.committed = self.history.pop(0)
+        self._save()
+        self._notify()
+
+    def _save(self) -> None:
         saved = json.loads(self.committed.to_json())
         saved["index"] = self.committed_index
         write_atomic(self.path, json.dumps(saved).encode())
-        self._notify()
 
     def _notify(self) -> None:
         for listener in self.listeners:

@@ -129,7 +129,7 @@ class HeartBeatResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ...) -> None: ...
 
 class PushEntryRequest(_message.Message):
-    __slots__ = ("header", "type", "index", "index_term", "committed_index", "entries", "entry_count", "reset", "reset_pos", "reset_chain_crc", "cluster_id")
+    __slots__ = ("header", "type", "index", "index_term", "committed_index", "entries", "entry_count", "reset", "reset_pos", "reset_chain_crc", "cluster_id", "membership", "membership_index")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -141,6 +141,8 @@ class PushEntryRequest(_message.Message):
     RESET_POS_FIELD_NUMBER: _ClassVar[int]
     RESET_CHAIN_CRC_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBERSHIP_FIELD_NUMBER: _ClassVar[int]
+    MEMBERSHIP_INDEX_FIELD_NUMBER: _ClassVar[int]
     header: Header
     type: PushType
     index: int
@@ -152,7 +154,9 @@ class PushEntryRequest(_message.Message):
     reset_pos: int
     reset_chain_crc: int
     cluster_id: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., type: _Optional[_Union[PushType, str]] = ..., index: _Optional[int] = ..., index_term: _Optional[int] = ..., committed_index: _Optional[int] = ..., entries: _Optional[bytes] = ..., entry_count: _Optional[int] = ..., reset: _Optional[bool] = ..., reset_pos: _Optional[int] = ..., reset_chain_crc: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
+    membership: bytes
+    membership_index: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., type: _Optional[_Union[PushType, str]] = ..., index: _Optional[int] = ..., index_term: _Optional[int] = ..., committed_index: _Optional[int] = ..., entries: _Optional[bytes] = ..., entry_count: _Optional[int] = ..., reset: _Optional[bool] = ..., reset_pos: _Optional[int] = ..., reset_chain_crc: _Optional[int] = ..., cluster_id: _Optional[str] = ..., membership: _Optional[bytes] = ..., membership_index: _Optional[int] = ...) -> None: ...
 
 class PushEntryResponse(_message.Message):
     __slots__ = ("header", "type", "index", "ledger_end_index", "ledger_end_term", "flushed_index", "conflict_term", "conflict_index", "ledger_begin_index", "repairing")

@@ -58,6 +58,7 @@ class DLedgerEntryPusher:
         self.dispatchers = {peer: self._new_dispatcher(peer) for peer in membership.replication_targets()}
         self._dispatcher_tasks: dict[str, asyncio.Task[None]] = {}
         self.handler = EntryHandler(config, store, member_state, self._committed)
+        self.handler.on_reset_membership = membership.install
         self._checker_wakeup = asyncio.Event()
         self._flush_wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -104,8 +105,11 @@ class DLedgerEntryPusher:
 
     # ------------------------------------------------------------ membership
     def _new_dispatcher(self, peer: str) -> EntryDispatcher:
-        return EntryDispatcher(peer, self.config, self.store, self.member_state, self.transport, self.quorum,
-                               self.clock, self._wake_checker)
+        dispatcher = EntryDispatcher(peer, self.config, self.store, self.member_state, self.transport, self.quorum,
+                                     self.clock, self._wake_checker)
+        dispatcher.committed_membership = lambda: (self.membership.committed_index,
+                                                   self.membership.committed.to_json())
+        return dispatcher
 
     def _on_membership_change(self, current: Membership) -> None:
         """Count the new voters, and replicate to exactly the servers the

@@ -258,3 +258,23 @@ async def test_membership_survives_a_restart(cluster: Cluster):
     leader = await cluster.wait_leader(timeout=8.0)
     await cluster.servers[leader].append([b"after restart"])
     await cluster.wait_converged()
+
+
+async def test_a_follower_reset_past_configuration_entries_gets_the_leaders_configuration(cluster: Cluster):
+    import time
+    leader = await cluster.wait_leader()
+    away = next(n for n in cluster.servers if n != leader)
+    await cluster.stop(away)
+    await add_node(cluster, "n3")       # while `away` is down: it never sees these entries
+    await wait_for(lambda: members(cluster, leader).get("n3") == VOTER
+                   and cluster.servers[leader].membership.pending_index < 0, what="promotion")
+    for i in range(200):
+        await cluster.servers[leader].append([b"x" * 1000])
+    store = cluster.servers[leader].store
+    config_index = cluster.servers[leader].membership.committed_index
+    deleted = store.delete_expired(keep_from_index=store.ledger_end_index - 10, older_than_wall_s=time.time() + 60)
+    assert deleted and store.ledger_begin_index > config_index, (deleted, store.ledger_begin_index, config_index)
+    await cluster.start(away)
+    await cluster.wait_converged(timeout=8.0)
+    assert members(cluster, away) == {"n0": VOTER, "n1": VOTER, "n2": VOTER, "n3": VOTER}
+    assert cluster.servers[away].store.ledger_begin_index == store.ledger_begin_index
