@@ -65,6 +65,7 @@ class DLedgerServer:
         self.retention_floors: list[Callable[[], int]] = []
         self.loop_lag = LoopLagMonitor()
         self.repairs = 0   # times this process found damage and started a repair
+        self._hand_over: asyncio.Task[None] | None = None   # after this leader removed itself
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -80,6 +81,7 @@ class DLedgerServer:
         self.elector = DLedgerLeaderElector(self.config, self.member_state, self.store, self.transport,
                                             self.clock, self.observer, self._peer_watermark,
                                             self.pusher.handler.advance_commit, self.membership)
+        self.pusher.on_removed = self._hand_over_after_removal
         self.pusher.load_producers(self._producers_path)
         self._producers_snapshot_index = self.pusher.producers.applied_index
         self.pusher.start()
@@ -106,6 +108,28 @@ class DLedgerServer:
         store.on_truncate = membership.truncated
         membership.listeners.append(self._on_membership_change)
         self._on_membership_change(membership.current)
+
+    def _hand_over_after_removal(self) -> None:
+        """This leader's removal is committed: hand leadership to the voter
+        that holds the most (so that the group need not wait out an election
+        timeout), then step down; it never campaigns again."""
+        assert self.elector is not None and self.pusher is not None
+        elector, pusher, ms = self.elector, self.pusher, self.member_state
+        term = ms.term
+        successors = sorted(elector.voter_peers, key=self._peer_watermark, reverse=True)
+
+        async def hand_over() -> None:
+            try:
+                if successors:
+                    log.info("this leader's removal is committed: handing leadership to %s", successors[0])
+                    await elector.transfer_leadership(successors[0])
+            except DLedgerError as error:
+                log.info("handing leadership to %s failed (%s): stepping down", successors[0], error.message)
+            finally:
+                if ms.is_leader and ms.term == term:
+                    pusher.step_down_removed()
+
+        self._hand_over = asyncio.get_running_loop().create_task(hand_over())
 
     def _on_membership_change(self, current: Membership) -> None:
         update = getattr(self.transport, "update_peers", None)

@@ -57,6 +57,10 @@ class DLedgerEntryPusher:
         # and stopped as the configuration changes.
         self.dispatchers = {peer: self._new_dispatcher(peer) for peer in membership.replication_targets()}
         self._dispatcher_tasks: dict[str, asyncio.Task[None]] = {}
+        # Called once when this leader's own removal has committed; by default
+        # it just steps down (the server hands leadership over first).
+        self.on_removed: Callable[[], None] = self.step_down_removed
+        self._removed_in_term = -1
         self.handler = EntryHandler(config, store, member_state, self._committed)
         self.handler.on_reset_membership = membership.install
         self._checker_wakeup = asyncio.Event()
@@ -166,8 +170,14 @@ class DLedgerEntryPusher:
         replicates it without counting itself), then steps down; it is not a
         voter any more, so it never campaigns again."""
         ms = self.member_state
-        if ms.is_leader and self.membership.pending_index < 0 and \
+        if ms.is_leader and self.membership.pending_index < 0 and self._removed_in_term != ms.term and \
                 not self.membership.current.is_voter(self.config.self_id):
+            self._removed_in_term = ms.term
+            self.on_removed()
+
+    def step_down_removed(self) -> None:
+        ms = self.member_state
+        if ms.is_leader:
             log.info("this leader's removal is committed: stepping down in term %d", ms.term)
             ms.change_to_candidate()
 
