@@ -1,7 +1,7 @@
 """Membership changes on real node processes, under load: grow three nodes to
-five (a fourth, then a fifth while the leader is SIGKILLed in the middle of
-adding it), then remove two of the original three (the dead one first: the
-"replace a dead node" walkthrough). Throughout, a client appends; at the end
+five (a fourth, then a fifth whose learner entry is still uncommitted when
+the leader is SIGKILLed), then remove two of the original three (the dead
+one first: the "replace a dead node" walkthrough). Throughout, a client appends; at the end
 every acknowledged entry is on every current member and their logs are
 identical. The CLI's `member list --json` shape is checked on the way."""
 from __future__ import annotations
@@ -81,20 +81,41 @@ async def test_grow_to_five_kill_the_leader_mid_change_remove_two_originals(tmp_
         assert added.returncode == 0, added.stderr
         assert {m["id"]: m["role"] for m in json.loads(added.stdout)["members"]}["n3"] == "voter"
 
-        # A fifth, and the leader dies while it is being added.
+        # A fifth, and the leader dies with the change uncommitted: two
+        # followers are paused, so the learner entry reaches only the third
+        # (2 of 4 voters), then the leader is killed and the others resumed.
+        # Only that third follower can win (it holds the longest log); it keeps
+        # the change, commits it, and the client's retry finds it done.
+        leader = await find_leader(client, list(cluster.addresses.values()))
+        paused = [n for n in ("n0", "n1", "n2", "n3") if n != leader][:2]
+        keeper = next(n for n in ("n0", "n1", "n2", "n3") if n not in (leader, *paused))
+        for node in paused:
+            cluster.pause(node)
         address = cluster.add_node("n4", members=["n0", "n1", "n2", "n3"])
         adding = asyncio.ensure_future(admin.add_member("n4", address, timeout_s=30.0))
-        await asyncio.sleep(0.3)
-        leader = await find_leader(client, list(cluster.addresses.values()))
+        deadline = time.monotonic() + 10
+        while True:
+            meta = await client.metadata(cluster.addresses[keeper])
+            if meta is not None and "n4" in {p.id for p in meta.peers}:
+                break
+            assert time.monotonic() < deadline, "the learner entry did not reach the third follower"
+            await asyncio.sleep(0.02)
+        meta = await client.metadata(cluster.addresses[keeper])
+        assert meta is not None and meta.committed_index < meta.ledger_end_index   # still uncommitted
         cluster.kill(leader)
+        for node in paused:
+            cluster.resume(node)
         members = await adding
         assert {m["id"]: m["role"] for m in members} == {"n0": "voter", "n1": "voter", "n2": "voter",
                                                          "n3": "voter", "n4": "voter"}
+        assert await find_leader(client, [cluster.addresses[n] for n in cluster.ids if cluster.running(n)]) \
+            == keeper
 
         # Replace the dead node: it is removed while down (n3 and n4 took its place).
         dead = leader if leader in ("n0", "n1", "n2") else "n0"
         if dead != leader:
             cluster.kill(dead)
+            cluster.start(leader)   # n3 stays a member: it comes back and catches up
         live = [cluster.addresses[n] for n in cluster.ids if cluster.running(n)]
         removed = await asyncio.to_thread(cli, "member", "remove", "--servers", ",".join(live), "--id", dead, "--json")
         assert removed.returncode == 0, removed.stderr
