@@ -109,7 +109,7 @@ class LeaderForwarder:
         deadline = loop.time() + self.config.leader_wait_s
         while True:
             if ms.leader_id and ms.leader_id != self.server.config.self_id:
-                return self.server.config.address_of(ms.leader_id)
+                return self.server.address_of(ms.leader_id)
             if ms.is_leader:
                 return self.server.config.self_peer.address
             if loop.time() >= deadline:

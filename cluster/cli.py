@@ -11,6 +11,9 @@ they print (issue 2), so both stay exactly as documented:
     dledger read --servers ... [--from ID] [--start I] [--end J] --json
     dledger bench append --servers ... --size BYTES --inflight K --duration SECONDS [--batch B] --json
     dledger leader transfer --servers ... --to ID
+    dledger member list --servers ... --json
+    dledger member add --servers ... --id ID --address HOST:PORT [--no-wait] --json
+    dledger member remove --servers ... --id ID --json
     dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...] [--seed N]
                   [--workload log|broker] [--out DIR] --json
     dledger replay (--data-dir DIR | --servers ...) --out DIR [--json] [--master URL]
@@ -162,6 +165,40 @@ async def cmd_leader_transfer(args: argparse.Namespace) -> int:
     return 0
 
 
+def members_json(members: list[dict[str, str]]) -> dict[str, Any]:
+    return {"members": members}
+
+
+def members_table(members: list[dict[str, str]]) -> str:
+    cells = [["id", "address", "role"]] + [[m["id"], m["address"], m["role"]] for m in members]
+    widths = [max(len(row[i]) for row in cells) for i in range(3)]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def print_members(members: list[dict[str, str]], as_json: bool) -> None:
+    print(dumps(members_json(members)) if as_json else members_table(members))
+
+
+async def cmd_member_list(args: argparse.Namespace) -> int:
+    async with DLedgerClient(args.servers, args.group) as client:
+        print_members(await client.members(), args.json)
+    return 0
+
+
+async def cmd_member_add(args: argparse.Namespace) -> int:
+    async with DLedgerClient(args.servers, args.group) as client:
+        members = await client.add_member(args.id, args.address, wait_for_voter=not args.no_wait,
+                                          timeout_s=args.timeout)
+    print_members(members, args.json)
+    return 0
+
+
+async def cmd_member_remove(args: argparse.Namespace) -> int:
+    async with DLedgerClient(args.servers, args.group) as client:
+        print_members(await client.remove_member(args.id), args.json)
+    return 0
+
+
 def cmd_node(args: argparse.Namespace) -> int:
     from cluster.node import configure_logging, run_node
 
@@ -285,6 +322,24 @@ def build_parser() -> argparse.ArgumentParser:
     transfer = _client_parser(leader_commands, "transfer", "hand leadership to a node")
     transfer.add_argument("--to", required=True, metavar="ID")
     transfer.set_defaults(run=cmd_leader_transfer)
+
+    member = commands.add_parser("member", help="list, add and remove members of the group")
+    member_commands = member.add_subparsers(dest="member_command", required=True, metavar="COMMAND")
+    member_list = _client_parser(member_commands, "list", "the members and their roles (voter or learner)")
+    member_list.set_defaults(run=cmd_member_list)
+    member_add = _client_parser(member_commands, "add",
+                                "add a server started with `dledger node --join`: a learner until it has "
+                                "caught up, then a voter")
+    member_add.add_argument("--id", required=True, metavar="ID")
+    member_add.add_argument("--address", required=True, metavar="HOST:PORT", help="the address peers reach it at")
+    member_add.add_argument("--no-wait", action="store_true",
+                            help="return once it is a learner, without waiting for its promotion")
+    member_add.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                            help="how long to wait for the promotion (default 120)")
+    member_add.set_defaults(run=cmd_member_add)
+    member_remove = _client_parser(member_commands, "remove", "remove a member (a voter or a learner)")
+    member_remove.add_argument("--id", required=True, metavar="ID")
+    member_remove.set_defaults(run=cmd_member_remove)
     broker_cli.add_broker_commands(commands)
 
     chaos = commands.add_parser("chaos", help="kill, partition and pause a local cluster under load, then check it",

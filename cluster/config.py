@@ -102,6 +102,9 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the interface metrics listen on (default 127.0.0.1; 0.0.0.0 in a container)")
     for flag, field_name, metavar, help_text in TUNING_FLAGS:
         parser.add_argument(flag, dest=field_name, metavar=metavar, help=help_text)
+    parser.add_argument("--join", dest="join", action="store_const", const=True,
+                        help="join a running group: --peers names its current members and this node, which "
+                             "waits until `dledger member add` adds it")
 
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> DLedgerConfig:
@@ -114,7 +117,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         values.update(load_toml(config_file))
         values.pop(BROKER_TABLE, None)
     values.update(env.values)
-    flag_fields = ["self_id", "peers", "data_dir", "group"] + [f for _, f, _, _ in TUNING_FLAGS]
+    flag_fields = ["self_id", "peers", "data_dir", "group", "join"] + [f for _, f, _, _ in TUNING_FLAGS]
     for name in flag_fields:
         value = getattr(args, name, None)
         if value is not None:

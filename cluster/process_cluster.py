@@ -61,6 +61,8 @@ class ProcessCluster:
         self.routes: dict[str, dict[str, str]] | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.paused: set[str] = set()
+        # Servers added with add_node: node -> the members its --peers names.
+        self.joining: dict[str, list[str]] = {}
         base.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
 
@@ -70,13 +72,27 @@ class ProcessCluster:
 
     def peers_of(self, node: str) -> str:
         """The --peers value node `node` starts with."""
+        if node in self.joining:
+            return ",".join(f"{n}={self.addresses[n]}" for n in [*self.joining[node], node])
         if self.routes is None:
             return self.peers
         return ",".join(f"{n}={a}" for n, a in self.routes[node].items())
 
+    def add_node(self, node: str, members: list[str]) -> str:
+        """Start a new server with --join, its --peers naming `members` (the
+        group's current members) and itself, for `dledger member add`.
+        Returns its address."""
+        self.addresses[node] = f"127.0.0.1:{free_ports(1)[0]}"
+        self.ids.append(node)
+        self.joining[node] = list(members)
+        self.start(node)
+        return self.addresses[node]
+
     def start(self, node: str | None = None) -> None:
         for node_id in [node] if node else self.ids:
             routing = [] if self.routes is None else ["--advertised-addresses", self.peers]
+            if node_id in self.joining:
+                routing.append("--join")
             log = open(self.log_dir / f"{node_id}.log", "ab")
             env = dict(os.environ, PYTHONPATH=str(ROOT))
             env[failpoints.ENV_DIR] = str(self.failpoints_dir(node_id))

@@ -71,6 +71,14 @@ APPEND_RETRY = LEADER_MOVED | {ResponseCode.NETWORK_ERROR, ResponseCode.LEADER_P
 # outcome is retried too.
 IDEMPOTENT_APPEND_RETRY = APPEND_RETRY | OUTCOME_UNKNOWN
 
+# Membership changes: adding a member at the same address again is a no-op on
+# the server, so an unknown outcome is retried; so is a change that waits for
+# the one before it (a promotion) to commit.
+MEMBERSHIP_RETRY = LEADER_MOVED | OUTCOME_UNKNOWN | {ResponseCode.NETWORK_ERROR,
+                                                     ResponseCode.MEMBERSHIP_CHANGE_IN_PROGRESS}
+# How often `add_member` looks whether the new member was promoted.
+PROMOTION_POLL_S = 0.1
+
 # Leader discovery: once one node claims to lead, others get this long to
 # name a higher term.
 DISCOVERY_GRACE_S = 0.1
@@ -119,6 +127,10 @@ def rpc_error(error: grpc.aio.AioRpcError, address: str) -> DLedgerError:
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{address}: {detail}")
     return DLedgerError(ResponseCode.INTERNAL_ERROR, f"{address}: {code.name}: {detail}")
+
+
+def member_json(member: pb.Member) -> dict[str, str]:
+    return {"id": member.id, "address": member.address, "role": member.role}
 
 
 def header_error(header: pb.Header, address: str) -> DLedgerError | None:
@@ -379,6 +391,62 @@ class DLedgerClient:
 
         await self._on_leader(call, LEADER_MOVED | {ResponseCode.NETWORK_ERROR})
         return await self._retrying(READ_RETRY)(self._confirm_leader, to_id)
+
+    # ------------------------------------------------------------ membership
+
+    async def members(self) -> list[dict[str, str]]:
+        """The leader's configuration: [{"id", "address", "role"}], role "voter" or "learner"."""
+        request = pb.ListMembersRequest(header=self._header())
+
+        async def call(stub: Stub) -> pb.ListMembersResponse:
+            return await stub.ListMembers(request, timeout=self.call_timeout_s)
+
+        response = await self._on_leader(call, READ_RETRY)
+        return [member_json(m) for m in response.members]
+
+    async def add_member(self, member_id: str, address: str, wait_for_voter: bool = True,
+                         timeout_s: float = 60.0) -> list[dict[str, str]]:
+        """Add a server (peer address HOST:PORT), started with --join. It joins
+        as a learner; with `wait_for_voter`, return once the leader has
+        promoted it (it caught up), else once the learner entry is committed."""
+        members = await self._change_membership(pb.ADD_MEMBER, member_id, address)
+        if not wait_for_voter:
+            return members
+        deadline = time.monotonic() + timeout_s
+        while True:
+            members = await self.members()
+            role = next((m["role"] for m in members if m["id"] == member_id), None)
+            if role == "voter":
+                return members
+            if role is None:
+                raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"{member_id} is no longer a member")
+            if time.monotonic() > deadline:
+                raise DLedgerError(ResponseCode.TIMEOUT, f"{member_id} was added but is still a learner after "
+                                   f"{timeout_s:.0f} s: is it running, started with --join, and reachable "
+                                   f"at {address}?")
+            await asyncio.sleep(PROMOTION_POLL_S)
+
+    async def remove_member(self, member_id: str) -> list[dict[str, str]]:
+        """Remove a member (voter or learner); returns once the removal is committed."""
+        return await self._change_membership(pb.REMOVE_MEMBER, member_id, "")
+
+    async def _change_membership(self, action: int, member_id: str, address: str) -> list[dict[str, str]]:
+        request = pb.ChangeMembershipRequest(header=self._header(), action=action, member_id=member_id,
+                                             address=address)
+        attempts = [0]
+
+        async def call(stub: Stub) -> pb.ChangeMembershipResponse:
+            attempts[0] += 1
+            return await stub.ChangeMembership(request, timeout=self.append_timeout_s)
+
+        try:
+            response = await self._on_leader(call, MEMBERSHIP_RETRY)
+        except DLedgerError as error:
+            # A retried removal whose first attempt was applied after all.
+            if action == pb.REMOVE_MEMBER and attempts[0] > 1 and error.code is ResponseCode.UNKNOWN_MEMBER:
+                return await self.members()
+            raise
+        return [member_json(m) for m in response.members]
 
     async def leader(self) -> tuple[str, str]:
         """(leader id, leader address), discovering it when unknown."""

@@ -155,6 +155,13 @@ class DLedgerConfig:
     listen_address: str = ""
     # ---- served on the side, reported in Metadata
     metrics_address: str = ""
+    # ---- membership (dledger/membership.py). `peers` is the configuration
+    # the group starts from; the log's configuration entries override it.
+    # A node started with join=True (a server being added to a running
+    # group: --peers names the current members and itself) is not a member
+    # of that starting configuration: it neither campaigns nor votes until
+    # a leader sends it a log in which it is one.
+    join: bool = False
 
     @property
     def self_peer(self) -> PeerAddress:

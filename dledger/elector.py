@@ -25,6 +25,7 @@ from dledger.clock import Clock
 from dledger.config import DLedgerConfig
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
+from dledger.membership import MembershipLog
 from dledger.read_index import ReadIndex
 from dledger.status import ServerObserver
 from dledger.transport import Transport, TransportError
@@ -45,7 +46,7 @@ class DLedgerLeaderElector:
     def __init__(self, config: DLedgerConfig, member_state: MemberState, store: DLedgerFileStore,
                  transport: Transport, clock: Clock, observer: ServerObserver,
                  peer_watermark: Callable[[str], int], on_leader_commit: Callable[[int], None],
-                 rng: random.Random | None = None) -> None:
+                 membership: MembershipLog, rng: random.Random | None = None) -> None:
         self.config = config
         self.member_state = member_state
         self.store = store
@@ -55,7 +56,7 @@ class DLedgerLeaderElector:
         self.peer_watermark = peer_watermark
         self.on_leader_commit = on_leader_commit
         self.rng = rng or random.Random()
-        self.peers = [p for p in config.peer_ids if p != config.self_id]
+        self.membership = membership
         self.wakeup = asyncio.Event()
         self.next_vote_at = clock.now() + self._election_timeout()
         self.election_timeout = self._election_timeout()
@@ -64,8 +65,35 @@ class DLedgerLeaderElector:
         self.leader_since = 0.0
         self.next_preferred_check_at = 0.0
         self._heartbeats: set[asyncio.Task[bool]] = set()
-        self.read_index = ReadIndex(member_state, self.peers, config.quorum, self._heartbeat, config.rpc_timeout_s)
+        self.read_index = ReadIndex(member_state, lambda: self.voter_peers, self._acks_needed, self._heartbeat,
+                                    config.rpc_timeout_s)
         member_state.add_listener(self._on_role_change)
+
+    # ----------------------------------------------------------- membership
+    @property
+    def peers(self) -> list[str]:
+        """Everyone this node heartbeats as leader (learners, and a server
+        whose removal is not committed yet, included)."""
+        return self.membership.replication_targets()
+
+    @property
+    def voter_peers(self) -> list[str]:
+        """The other voters of the current configuration: votes are asked from
+        them, and only they count toward a quorum."""
+        return [v for v in self.membership.current.voters if v != self.config.self_id]
+
+    @property
+    def quorum(self) -> int:
+        return self.membership.current.quorum
+
+    @property
+    def is_voter(self) -> bool:
+        return self.membership.current.is_voter(self.config.self_id)
+
+    def _acks_needed(self) -> int:
+        """Answers a leader needs from other voters for a majority (it counts
+        itself only while it is a voter: a leader removing itself does not)."""
+        return self.quorum - (1 if self.is_voter else 0)
 
     def _election_timeout(self) -> float:
         return self.rng.uniform(self.config.election_timeout_min_s, self.config.election_timeout_max_s)
@@ -109,6 +137,9 @@ class DLedgerLeaderElector:
     def _maintain_as_follower(self) -> float:
         ms, now = self.member_state, self.clock.now()
         silent_for = now - ms.last_leader_contact
+        if silent_for >= self.election_timeout and not self.is_voter:
+            # A learner (or a node not, or no longer, a member) never campaigns.
+            return self.election_timeout
         if silent_for >= self.election_timeout:
             log.info("no leader heard for %.0f ms in term %d: becoming candidate", silent_for * 1000, ms.term)
             ms.change_to_candidate()
@@ -141,20 +172,23 @@ class DLedgerLeaderElector:
 
     def _quorum_silent_for(self, now: float) -> float:
         """How long since a quorum (counting ourselves) last answered us."""
-        need = self.config.quorum - 1
-        if need == 0:
+        need = self._acks_needed()
+        if need <= 0:
             return 0.0
-        times = sorted((self.last_contact.get(p, self.leader_since) for p in self.peers), reverse=True)
+        times = sorted((self.last_contact.get(p, self.leader_since) for p in self.voter_peers), reverse=True)
+        if len(times) < need:
+            return now - self.leader_since
         return now - times[need - 1]
 
     async def _maintain_as_candidate(self) -> float:
         now = self.clock.now()
         if now < self.next_vote_at:
             return self.next_vote_at - now
-        if self.store.read_only_reason or self.member_state.repairing:
+        if self.store.read_only_reason or self.member_state.repairing or not self.is_voter:
             # A node that cannot write (disk full) must not lead: it could not
             # even append the entry that opens its term. Nor may one whose log
-            # lacks entries it once acknowledged (repairing). Others can.
+            # lacks entries it once acknowledged (repairing), nor a learner or
+            # a node outside the configuration (joining, or removed). Others can.
             self.next_vote_at = now + self._election_timeout()
             return self.next_vote_at - now
         await self.campaign()
@@ -176,9 +210,9 @@ class DLedgerLeaderElector:
         answers = await self._ask_votes(term, pre_vote=False, transfer=transfer)
         if ms.role is not Role.CANDIDATE or ms.term != term:
             return
-        result = tally_votes(term, self.config.quorum, answers)
+        result = tally_votes(term, self.quorum, answers)
         if result.result is ParseResult.PASSED:
-            log.info("won term %d with %d of %d votes", term, result.accepted, len(self.config.peers))
+            log.info("won term %d with %d of %d votes", term, result.accepted, len(self.membership.current.voters))
             ms.found_cluster()
             ms.change_to_leader(term)
             return
@@ -189,7 +223,7 @@ class DLedgerLeaderElector:
         answers = await self._ask_votes(ms.term + 1, pre_vote=True, transfer=False)
         if ms.role is not Role.CANDIDATE:
             return False
-        result = tally_votes(ms.term, self.config.quorum, answers)
+        result = tally_votes(ms.term, self.quorum, answers)
         if result.result is ParseResult.PASSED:
             return True
         self._lost(result.max_term, f"pre-vote for term {ms.term + 1}: {result.accepted} accepted, "
@@ -206,7 +240,7 @@ class DLedgerLeaderElector:
     async def _ask_votes(self, term: int, pre_vote: bool, transfer: bool) -> list[tuple[int, int]]:
         """Ask every peer; stop as soon as a quorum granted or all answered."""
         ms = self.member_state
-        tasks = [asyncio.ensure_future(self._ask_vote(peer, term, pre_vote, transfer)) for peer in self.peers]
+        tasks = [asyncio.ensure_future(self._ask_vote(peer, term, pre_vote, transfer)) for peer in self.voter_peers]
         answers: list[tuple[int, int]] = []
         pending = set(tasks)
         deadline = self.clock.now() + self.config.rpc_timeout_s
@@ -217,7 +251,7 @@ class DLedgerLeaderElector:
                 if not done:
                     break
                 answers += [t.result() for t in done if t.result() is not None]  # type: ignore[misc]
-                if 1 + sum(1 for r, _ in answers if r == pb.ACCEPT) >= self.config.quorum:
+                if 1 + sum(1 for r, _ in answers if r == pb.ACCEPT) >= self.quorum:
                     break
                 if ms.role is not Role.CANDIDATE:
                     break
@@ -296,11 +330,12 @@ class DLedgerLeaderElector:
 
     def handle_vote(self, request: pb.VoteRequest) -> pb.VoteResponse:
         ms, store = self.member_state, self.store
-        view = VoterView(self_id=ms.self_id, peer_ids=frozenset(self.config.peer_ids), term=ms.term,
+        view = VoterView(self_id=ms.self_id, peer_ids=frozenset(self.membership.current.voters), term=ms.term,
                          vote_for=ms.vote_for, ledger_end_term=store.ledger_end_term,
                          ledger_end_index=store.ledger_end_index, leader_alive=ms.leader_is_alive(),
                          taking_leadership=ms.term_to_take_leadership == ms.term + 1,
-                         cluster_id=ms.cluster_id, joined=ms.joined, repairing=ms.repairing)
+                         cluster_id=ms.cluster_id, joined=ms.joined, repairing=ms.repairing,
+                         voter=self.is_voter)
         header = request.header
         decision = decide_vote(view, header.local_id, header.term, request.ledger_end_term,
                                request.ledger_end_index, request.pre_vote, request.leadership_transfer,
@@ -325,8 +360,8 @@ class DLedgerLeaderElector:
         if not ms.is_leader:
             raise DLedgerError(ResponseCode.NOT_LEADER, "only the leader can transfer leadership",
                                leader_id=ms.leader_id, leader_address=ms.leader_address)
-        if transferee not in self.peers:
-            raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"{transferee!r} is not another member of the group")
+        if transferee not in self.voter_peers:
+            raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"{transferee!r} is not another voter of the group")
         if ms.transferee:
             raise DLedgerError(ResponseCode.LEADER_TRANSFERRING, f"already transferring to {ms.transferee}")
         lag = self.store.ledger_end_index - self.peer_watermark(transferee)
@@ -382,7 +417,7 @@ class DLedgerLeaderElector:
     def _check_preferred_leader(self) -> None:
         preferred = self.config.preferred_leader_id
         ms = self.member_state
-        if preferred == ms.self_id or preferred not in self.peers or ms.transferee:
+        if preferred == ms.self_id or preferred not in self.voter_peers or ms.transferee:
             return
         lag = self.store.ledger_end_index - self.peer_watermark(preferred)
         if lag > self.config.max_leadership_transfer_wait_index:

@@ -53,6 +53,8 @@ class ResponseCode(IntEnum):
     # Ours, beyond DLedger's table.
     ENTRY_TOO_LARGE = 430
     CORRUPT_LOG = 431
+    # A membership change is refused while another one is not yet committed.
+    MEMBERSHIP_CHANGE_IN_PROGRESS = 432
 
     @classmethod
     def of(cls, value: int) -> "ResponseCode":

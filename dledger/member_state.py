@@ -69,6 +69,9 @@ class MemberState:
         self.repair_until = -1
         # Started without a currterm: this node may have lost votes it gave.
         self.lost_state = False
+        # Where clients reach a node; the server replaces it with one that
+        # knows the members added since start-up (dledger/membership.py).
+        self.client_address_of: Callable[[str], str] = config.client_address_of
 
     # ---------------------------------------------------------- persistence
     def load(self) -> None:
@@ -147,7 +150,7 @@ class MemberState:
 
     @property
     def leader_address(self) -> str:
-        return self.config.client_address_of(self.leader_id) if self.leader_id else ""
+        return self.client_address_of(self.leader_id) if self.leader_id else ""
 
     def leader_is_alive(self) -> bool:
         """True while a leader of this term was heard within the minimum election

@@ -21,14 +21,18 @@ from dledger.member_state import MemberState
 
 # (peer, term) -> whether the peer acknowledged our leadership of `term`
 Heartbeat = Callable[[str, int], Awaitable[bool]]
+# The voters to ask (this node excluded) and how many of them must confirm,
+# both read at each round: the membership may change between rounds.
+Voters = Callable[[], list[str]]
+AcksNeeded = Callable[[], int]
 
 
 class ReadIndex:
-    def __init__(self, member_state: MemberState, peers: list[str], quorum: int, heartbeat: Heartbeat,
+    def __init__(self, member_state: MemberState, peers: Voters, acks_needed: AcksNeeded, heartbeat: Heartbeat,
                  timeout_s: float) -> None:
         self.member_state = member_state
         self.peers = peers
-        self.quorum = quorum
+        self.acks_needed = acks_needed
         self.heartbeat = heartbeat
         self.timeout_s = timeout_s
         self.rounds = 0   # rounds started so far (a metric, and how reads tell rounds apart)
@@ -53,10 +57,10 @@ class ReadIndex:
                                f"with a majority; ask the current leader")
 
     async def _run_round(self, term: int) -> bool:
-        needed = self.quorum - 1   # this node counts for itself
+        needed = self.acks_needed()   # this node, a voter, counts for itself
         if needed <= 0:
             return True
-        pending = {asyncio.ensure_future(self.heartbeat(peer, term)) for peer in self.peers}
+        pending = {asyncio.ensure_future(self.heartbeat(peer, term)) for peer in self.peers()}
         acks = 0
         try:
             async with asyncio.timeout(self.timeout_s):

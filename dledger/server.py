@@ -17,10 +17,11 @@ from typing import AsyncIterator, Callable, Sequence
 from dledger.clock import Clock, MonotonicClock
 from dledger.config import DLedgerConfig
 from dledger.elector import DLedgerLeaderElector
-from dledger.entry import CHANNEL_LOG_API, USER_MAGICS, DLedgerEntry
+from dledger.entry import CHANNEL_LOG_API, MAGIC_CONFIG_CHANGE, USER_MAGICS, DLedgerEntry
 from dledger.producer_table import check_producer_request
 from dledger.errors import CorruptLogError, DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
+from dledger.membership import Membership, MembershipLog, check_can_change, plan_add, plan_remove
 from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
 from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
 from dledger.loop_lag import LoopLagMonitor
@@ -48,6 +49,8 @@ class DLedgerServer:
         self.store = DLedgerFileStore(config)
         self.store.on_fatal = lambda reason: fail_stop("the log store", DLedgerError(ResponseCode.DISK_ERROR, reason))
         self.member_state = MemberState(config, self.clock)
+        self.member_state.client_address_of = self.client_address_of
+        self.membership = MembershipLog(config, self.store.base_dir)
         self._commit_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.pusher: DLedgerEntryPusher | None = None
@@ -62,6 +65,7 @@ class DLedgerServer:
         self.retention_floors: list[Callable[[], int]] = []
         self.loop_lag = LoopLagMonitor()
         self.repairs = 0   # times this process found damage and started a repair
+        self._hand_over: asyncio.Task[None] | None = None   # after this leader removed itself
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -71,11 +75,13 @@ class DLedgerServer:
             self.repairs += 1
             self.member_state.start_repair(self.store.acknowledged_end)
         self.member_state.committed_index = self.store.committed_index
+        self._load_membership()
         self.pusher = DLedgerEntryPusher(self.config, self.store, self.member_state, self.transport,
-                                         self.clock, self._on_commit)
+                                         self.clock, self._on_commit, self.membership)
         self.elector = DLedgerLeaderElector(self.config, self.member_state, self.store, self.transport,
                                             self.clock, self.observer, self._peer_watermark,
-                                            self.pusher.handler.advance_commit)
+                                            self.pusher.handler.advance_commit, self.membership)
+        self.pusher.on_removed = self._hand_over_after_removal
         self.pusher.load_producers(self._producers_path)
         self._producers_snapshot_index = self.pusher.producers.applied_index
         self.pusher.start()
@@ -88,6 +94,58 @@ class DLedgerServer:
         log.info("node %s started: term %d, ledger [%d, %d], committed %d", self.config.self_id,
                  self.member_state.term, self.store.ledger_begin_index, self.store.ledger_end_index,
                  self.member_state.committed_index)
+
+    def _load_membership(self) -> None:
+        store, membership = self.store, self.membership
+
+        def scan(after: int) -> list[tuple[int, bytes]]:
+            indexes = store.indexes_with_magic(after + 1, store.ledger_end_index, MAGIC_CONFIG_CHANGE)
+            return [(index, store.get(index).body) for index in indexes]
+
+        membership.load(scan)
+        membership.commit(self.member_state.committed_index)
+        store.on_config_entry = membership.appended
+        store.on_truncate = membership.truncated
+        membership.listeners.append(self._on_membership_change)
+        self._on_membership_change(membership.current)
+
+    def _hand_over_after_removal(self) -> None:
+        """This leader's removal is committed: hand leadership to the voter
+        that holds the most (so that the group need not wait out an election
+        timeout), then step down; it never campaigns again."""
+        assert self.elector is not None and self.pusher is not None
+        elector, pusher, ms = self.elector, self.pusher, self.member_state
+        term = ms.term
+        successors = sorted(elector.voter_peers, key=self._peer_watermark, reverse=True)
+
+        async def hand_over() -> None:
+            try:
+                if successors:
+                    log.info("this leader's removal is committed: handing leadership to %s", successors[0])
+                    await elector.transfer_leadership(successors[0])
+            except DLedgerError as error:
+                log.info("handing leadership to %s failed (%s): stepping down", successors[0], error.message)
+            finally:
+                if ms.is_leader and ms.term == term:
+                    pusher.step_down_removed()
+
+        self._hand_over = asyncio.get_running_loop().create_task(hand_over())
+
+    def _on_membership_change(self, current: Membership) -> None:
+        update = getattr(self.transport, "update_peers", None)
+        if update is not None:
+            update({peer: self.membership.address_of(peer) for peer in self.membership.replication_targets()})
+
+    def address_of(self, peer_id: str) -> str:
+        """The address peers use for `peer_id` (its configuration's, or --peers')."""
+        return self.membership.address_of(peer_id)
+
+    def client_address_of(self, peer_id: str) -> str:
+        """The address a client should use for node `peer_id`."""
+        for p in self.config.advertised_addresses:
+            if p.id == peer_id:
+                return p.address
+        return self.membership.address_of(peer_id)
 
     async def shutdown(self) -> None:
         if not self.started:
@@ -108,6 +166,7 @@ class DLedgerServer:
 
     # -------------------------------------------------------------- commits
     def _on_commit(self, committed: int) -> None:
+        self.membership.commit(committed)
         if self.pusher is not None:
             self.pusher.apply_committed(committed)
         if not self._commit_waiters:
@@ -147,8 +206,14 @@ class DLedgerServer:
         if header.remote_id != self.config.self_id:
             raise DLedgerError(ResponseCode.UNKNOWN_MEMBER,
                                f"request addressed to {header.remote_id!r}, but this is {self.config.self_id!r}")
-        if header.local_id not in self.config.peer_ids or header.local_id == self.config.self_id:
+        if header.local_id == self.config.self_id or (
+                header.local_id not in self.membership.known_ids() and not self._waiting_to_join()):
             raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"{header.local_id!r} is not a peer of this group")
+
+    def _waiting_to_join(self) -> bool:
+        """Started with --join and not a member yet: whichever leader adds
+        this node may contact it, even one its --peers did not name."""
+        return self.config.join and self.config.self_id not in self.membership.current.ids
 
     def check_group(self, header: pb.Header) -> None:
         if header.group and header.group != self.config.group:
@@ -165,6 +230,43 @@ class DLedgerServer:
         who = f"the leader is {ms.leader_id} at {ms.leader_address}" if ms.leader_id else "no leader is known yet"
         return DLedgerError(ResponseCode.NOT_LEADER, f"{self.config.self_id} is not the leader; {who}",
                             leader_id=ms.leader_id, leader_address=ms.leader_address)
+
+    # ---------------------------------------------------------- membership
+    async def change_membership(self, action: int, member_id: str, address: str) -> tuple[int, Membership]:
+        """On the leader: add a server (as a learner; the leader promotes it
+        once caught up) or remove one. Returns once the change is committed:
+        (the configuration entry's index, or -1 when there was nothing to do;
+        the configuration)."""
+        _, pusher = self._require_started()
+        if not self.member_state.is_leader:
+            raise self._not_leader()
+        check_can_change(self.membership.pending_index, pusher.is_ready())
+        current = self.membership.current
+        if action == pb.ADD_MEMBER:
+            planned = plan_add(current, member_id, address)
+            if planned is None:
+                return -1, current
+        elif action == pb.REMOVE_MEMBER:
+            planned = plan_remove(current, member_id)
+        else:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"unknown membership action {action}")
+        log.info("membership change requested: %s %s; from %s to %s", pb.MembershipAction.Name(action),
+                 member_id, current.describe(), planned.describe())
+        first, _, _ = await pusher.append_config(planned)
+        return first, planned
+
+    async def handle_change_membership(self, request: pb.ChangeMembershipRequest) -> pb.ChangeMembershipResponse:
+        self.check_group(request.header)
+        index, membership = await self.change_membership(request.action, request.member_id, request.address)
+        return pb.ChangeMembershipResponse(members=members_to_pb(membership), index=index)
+
+    def handle_list_members(self, request: pb.ListMembersRequest) -> pb.ListMembersResponse:
+        self._require_started()
+        self.check_group(request.header)
+        if not self.member_state.is_leader:
+            raise self._not_leader()
+        return pb.ListMembersResponse(members=members_to_pb(self.membership.current),
+                                      pending_index=self.membership.pending_index)
 
     # ----------------------------------------------------------- peer RPCs
     def handle_vote(self, request: pb.VoteRequest) -> pb.VoteResponse:
@@ -323,20 +425,21 @@ class DLedgerServer:
             committed_index=s.committed_index, flushed_index=s.flushed_index, pid=pid,
             metrics_address=metrics_address, cluster_id=self.member_state.cluster_id,
             repairing=s.repairing, repair_until=s.repair_until,
-            peers=[pb.PeerState(id=p.id, address=p.address, watermark=p.watermark, lag=p.lag) for p in s.peers])
+            peers=[pb.PeerState(id=p.id, address=p.address, watermark=p.watermark, lag=p.lag, role=p.role)
+                   for p in s.peers])
 
     # --------------------------------------------------------------- status
     def status(self) -> NodeStatus:
         ms, store = self.member_state, self.store
         peers = []
-        for peer in self.config.peers:
+        for peer in self.membership.current.members:
             if ms.is_leader and self.pusher is not None:
                 mark = (store.flushed_index if peer.id == self.config.self_id
                         else self.pusher.quorum.watermark(ms.term, peer.id))
-                peers.append(PeerStatus(peer.id, self.config.client_address_of(peer.id), mark,
-                                        store.ledger_end_index - mark))
+                peers.append(PeerStatus(peer.id, self.client_address_of(peer.id), mark,
+                                        store.ledger_end_index - mark, peer.role))
             else:
-                peers.append(PeerStatus(peer.id, self.config.client_address_of(peer.id), -1, -1))
+                peers.append(PeerStatus(peer.id, self.client_address_of(peer.id), -1, -1, peer.role))
         return NodeStatus(
             group=self.config.group, self_id=self.config.self_id, role=ms.role.value, term=ms.term,
             leader_id=ms.leader_id, leader_address=ms.leader_address,
@@ -466,6 +569,10 @@ class DLedgerServer:
                 if live:
                     floor = min(floor, self.pusher.quorum.watermark(self.member_state.term, peer) + 1)
         return floor
+
+
+def members_to_pb(membership: Membership) -> list[pb.Member]:
+    return [pb.Member(id=m.id, address=m.address, role=m.role) for m in membership.members]
 
 
 def entry_to_pb(entry: DLedgerEntry) -> pb.Entry:

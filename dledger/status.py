@@ -13,6 +13,7 @@ class PeerStatus:
     address: str
     watermark: int  # leader only: highest index the peer has on disk (-1 unknown)
     lag: int        # leader only: ledger end index minus watermark
+    role: str = "voter"   # "voter" or "learner" in the node's current configuration
 
 
 @dataclass(frozen=True)

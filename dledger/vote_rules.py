@@ -19,7 +19,7 @@ VoteResult = int  # a pb.VoteResult value
 class VoterView:
     """What a voter knows when a vote request arrives."""
     self_id: str
-    peer_ids: frozenset[str]
+    peer_ids: frozenset[str]   # the voters of this node's current configuration
     term: int
     vote_for: str
     ledger_end_term: int
@@ -29,6 +29,7 @@ class VoterView:
     cluster_id: str = ""       # the cluster's identity as this node knows it
     joined: bool = True        # False: lost its state and has not learned the identity yet
     repairing: bool = False    # repairing its log: a non-voter for now
+    voter: bool = True         # a voter of its current configuration (not a learner, joining or removed)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ def decide_vote(view: VoterView, candidate_id: str, term: int, ledger_end_term: 
     # voted in this very term already. Neither votes (nor adopts the term).
     if view.repairing:
         return VoteDecision(pb.REJECT_REPAIRING)
+    # A learner, a node still waiting to join and one that was removed have
+    # no vote (membership.py); nor do they adopt the term.
+    if not view.voter:
+        return VoteDecision(pb.REJECT_NOT_VOTER)
     if not view.joined and candidate_cluster_id:
         return VoteDecision(pb.REJECT_NOT_JOINED)
     if term < view.term:

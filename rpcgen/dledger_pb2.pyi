@@ -24,6 +24,7 @@ class VoteResult(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REJECT_REPAIRING: _ClassVar[VoteResult]
     REJECT_NOT_JOINED: _ClassVar[VoteResult]
     REJECT_OTHER_CLUSTER: _ClassVar[VoteResult]
+    REJECT_NOT_VOTER: _ClassVar[VoteResult]
 
 class PushType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -32,6 +33,12 @@ class PushType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COMMIT: _ClassVar[PushType]
     COMPARE: _ClassVar[PushType]
     TRUNCATE: _ClassVar[PushType]
+
+class MembershipAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MEMBERSHIP_ACTION_UNKNOWN: _ClassVar[MembershipAction]
+    ADD_MEMBER: _ClassVar[MembershipAction]
+    REMOVE_MEMBER: _ClassVar[MembershipAction]
 VOTE_UNKNOWN: VoteResult
 ACCEPT: VoteResult
 REJECT_UNKNOWN_LEADER: VoteResult
@@ -47,11 +54,15 @@ REJECT_TAKING_LEADERSHIP: VoteResult
 REJECT_REPAIRING: VoteResult
 REJECT_NOT_JOINED: VoteResult
 REJECT_OTHER_CLUSTER: VoteResult
+REJECT_NOT_VOTER: VoteResult
 PUSH_UNKNOWN: PushType
 APPEND: PushType
 COMMIT: PushType
 COMPARE: PushType
 TRUNCATE: PushType
+MEMBERSHIP_ACTION_UNKNOWN: MembershipAction
+ADD_MEMBER: MembershipAction
+REMOVE_MEMBER: MembershipAction
 
 class Header(_message.Message):
     __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "message", "leader_address")
@@ -118,7 +129,7 @@ class HeartBeatResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ...) -> None: ...
 
 class PushEntryRequest(_message.Message):
-    __slots__ = ("header", "type", "index", "index_term", "committed_index", "entries", "entry_count", "reset", "reset_pos", "reset_chain_crc", "cluster_id")
+    __slots__ = ("header", "type", "index", "index_term", "committed_index", "entries", "entry_count", "reset", "reset_pos", "reset_chain_crc", "cluster_id", "membership", "membership_index")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +141,8 @@ class PushEntryRequest(_message.Message):
     RESET_POS_FIELD_NUMBER: _ClassVar[int]
     RESET_CHAIN_CRC_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBERSHIP_FIELD_NUMBER: _ClassVar[int]
+    MEMBERSHIP_INDEX_FIELD_NUMBER: _ClassVar[int]
     header: Header
     type: PushType
     index: int
@@ -141,7 +154,9 @@ class PushEntryRequest(_message.Message):
     reset_pos: int
     reset_chain_crc: int
     cluster_id: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., type: _Optional[_Union[PushType, str]] = ..., index: _Optional[int] = ..., index_term: _Optional[int] = ..., committed_index: _Optional[int] = ..., entries: _Optional[bytes] = ..., entry_count: _Optional[int] = ..., reset: _Optional[bool] = ..., reset_pos: _Optional[int] = ..., reset_chain_crc: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
+    membership: bytes
+    membership_index: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., type: _Optional[_Union[PushType, str]] = ..., index: _Optional[int] = ..., index_term: _Optional[int] = ..., committed_index: _Optional[int] = ..., entries: _Optional[bytes] = ..., entry_count: _Optional[int] = ..., reset: _Optional[bool] = ..., reset_pos: _Optional[int] = ..., reset_chain_crc: _Optional[int] = ..., cluster_id: _Optional[str] = ..., membership: _Optional[bytes] = ..., membership_index: _Optional[int] = ...) -> None: ...
 
 class PushEntryResponse(_message.Message):
     __slots__ = ("header", "type", "index", "ledger_end_index", "ledger_end_term", "flushed_index", "conflict_term", "conflict_index", "ledger_begin_index", "repairing")
@@ -282,16 +297,18 @@ class MetadataRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ...) -> None: ...
 
 class PeerState(_message.Message):
-    __slots__ = ("id", "address", "watermark", "lag")
+    __slots__ = ("id", "address", "watermark", "lag", "role")
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     WATERMARK_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
     id: str
     address: str
     watermark: int
     lag: int
-    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., watermark: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+    role: str
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., watermark: _Optional[int] = ..., lag: _Optional[int] = ..., role: _Optional[str] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
     __slots__ = ("header", "group", "self_id", "role", "term", "leader_id", "leader_address", "ledger_begin_index", "ledger_end_index", "committed_index", "peers", "pid", "metrics_address", "flushed_index", "ledger_end_term", "cluster_id", "repairing", "repair_until")
@@ -332,3 +349,51 @@ class MetadataResponse(_message.Message):
     repairing: bool
     repair_until: int
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., ledger_begin_index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[PeerState, _Mapping]]] = ..., pid: _Optional[int] = ..., metrics_address: _Optional[str] = ..., flushed_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., cluster_id: _Optional[str] = ..., repairing: _Optional[bool] = ..., repair_until: _Optional[int] = ...) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("id", "address", "role")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    address: str
+    role: str
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
+
+class ChangeMembershipRequest(_message.Message):
+    __slots__ = ("header", "action", "member_id", "address")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    action: MembershipAction
+    member_id: str
+    address: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., action: _Optional[_Union[MembershipAction, str]] = ..., member_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+
+class ChangeMembershipResponse(_message.Message):
+    __slots__ = ("header", "members", "index")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    index: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., index: _Optional[int] = ...) -> None: ...
+
+class ListMembersRequest(_message.Message):
+    __slots__ = ("header",)
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ...) -> None: ...
+
+class ListMembersResponse(_message.Message):
+    __slots__ = ("header", "members", "pending_index")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_INDEX_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    pending_index: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., pending_index: _Optional[int] = ...) -> None: ...

@@ -74,6 +74,16 @@ class DLedgerServiceStub:
                 request_serializer=rpcgen_dot_dledger__pb2.MetadataRequest.SerializeToString,
                 response_deserializer=rpcgen_dot_dledger__pb2.MetadataResponse.FromString,
                 _registered_method=True)
+        self.ChangeMembership = channel.unary_unary(
+                '/dledger.v1.DLedgerService/ChangeMembership',
+                request_serializer=rpcgen_dot_dledger__pb2.ChangeMembershipRequest.SerializeToString,
+                response_deserializer=rpcgen_dot_dledger__pb2.ChangeMembershipResponse.FromString,
+                _registered_method=True)
+        self.ListMembers = channel.unary_unary(
+                '/dledger.v1.DLedgerService/ListMembers',
+                request_serializer=rpcgen_dot_dledger__pb2.ListMembersRequest.SerializeToString,
+                response_deserializer=rpcgen_dot_dledger__pb2.ListMembersResponse.FromString,
+                _registered_method=True)
 
 
 class DLedgerServiceServicer:
@@ -129,6 +139,19 @@ class DLedgerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ChangeMembership(self, request, context):
+        """membership (on the leader)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMembers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DLedgerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -171,6 +194,16 @@ def add_DLedgerServiceServicer_to_server(servicer, server):
                     servicer.Metadata,
                     request_deserializer=rpcgen_dot_dledger__pb2.MetadataRequest.FromString,
                     response_serializer=rpcgen_dot_dledger__pb2.MetadataResponse.SerializeToString,
+            ),
+            'ChangeMembership': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeMembership,
+                    request_deserializer=rpcgen_dot_dledger__pb2.ChangeMembershipRequest.FromString,
+                    response_serializer=rpcgen_dot_dledger__pb2.ChangeMembershipResponse.SerializeToString,
+            ),
+            'ListMembers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMembers,
+                    request_deserializer=rpcgen_dot_dledger__pb2.ListMembersRequest.FromString,
+                    response_serializer=rpcgen_dot_dledger__pb2.ListMembersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -389,6 +422,60 @@ class DLedgerService:
             '/dledger.v1.DLedgerService/Metadata',
             rpcgen_dot_dledger__pb2.MetadataRequest.SerializeToString,
             rpcgen_dot_dledger__pb2.MetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeMembership(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dledger.v1.DLedgerService/ChangeMembership',
+            rpcgen_dot_dledger__pb2.ChangeMembershipRequest.SerializeToString,
+            rpcgen_dot_dledger__pb2.ChangeMembershipResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMembers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dledger.v1.DLedgerService/ListMembers',
+            rpcgen_dot_dledger__pb2.ListMembersRequest.SerializeToString,
+            rpcgen_dot_dledger__pb2.ListMembersResponse.FromString,
             options,
             channel_credentials,
             insecure,

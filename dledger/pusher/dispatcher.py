@@ -131,6 +131,9 @@ class EntryDispatcher:
         self.clock = clock
         self.on_ack = on_ack
         self.wakeup = asyncio.Event()
+        # (index, JSON) of the committed configuration, sent with a reset
+        # (the follower will not see the configuration entries before it).
+        self.committed_membership: Callable[[], tuple[int, bytes]] = lambda: (-1, b"")
         self.quota = Quota(config.peer_push_quota_bytes_per_s)
         self.term = -1
         self.state = DispatchState.COMPARE
@@ -254,8 +257,10 @@ class EntryDispatcher:
         reset = self.peer_end_index == -2
         fields: dict[str, object] = {"index_term": store.term_at(index)}
         if reset:
+            membership_index, membership = self.committed_membership()
             fields.update(reset=True, reset_pos=store.position_of(index + 1),
-                          reset_chain_crc=store.chain_crc_at(index))
+                          reset_chain_crc=store.chain_crc_at(index), membership=membership,
+                          membership_index=membership_index)
             log.warning("follower %s is behind our begin index %d: resetting its log", self.peer_id, index + 1)
         response = await self._push(self._request(pb.TRUNCATE, index, **fields))
         if response is None:

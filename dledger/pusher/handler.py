@@ -54,6 +54,8 @@ class EntryHandler:
         self.member_state = member_state
         self.on_commit = on_commit
         self.on_repaired: Callable[[], None] = lambda: None
+        # A reset brings the leader's committed configuration (index, JSON).
+        self.on_reset_membership: Callable[[int, bytes], None] = lambda index, body: None
         self.verified_end = -1
         self._verified_term = -1   # the term whose leader verified_end was checked against
         self._waiting: dict[int, _WaitingAppend] = {}
@@ -153,6 +155,8 @@ class EntryHandler:
         if request.reset:
             log.warning("reset log to begin at %d (pos %d) on the leader's request", index + 1, request.reset_pos)
             store.reset(index + 1, request.reset_pos, request.index_term, request.reset_chain_crc)
+            if request.membership:
+                self.on_reset_membership(request.membership_index, request.membership)
         else:
             if index > store.ledger_end_index or store.term_at(index) != request.index_term:
                 return self._response(request, ResponseCode.INCONSISTENT_STATE,

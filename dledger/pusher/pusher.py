@@ -19,9 +19,10 @@ from typing import Callable, Sequence
 
 from dledger.clock import Clock
 from dledger.config import DLedgerConfig, FlushMode
-from dledger.entry import CHANNEL_LOG_API, MAGIC_NOOP, MAGIC_NORMAL, MAGIC_PRODUCER_MARK
+from dledger.entry import CHANNEL_LOG_API, MAGIC_CONFIG_CHANGE, MAGIC_NOOP, MAGIC_NORMAL, MAGIC_PRODUCER_MARK
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
+from dledger.membership import Membership, MembershipLog, learner_to_promote
 from dledger.pusher.dispatcher import EntryDispatcher
 from dledger.pusher.handler import EntryHandler
 from dledger.producer_table import AppendedRange, ProducerTable, Snapshot, decode_mark, encode_mark
@@ -40,17 +41,28 @@ AppendResult = tuple[int, int, list[int]]  # first index, last index, positions
 
 class DLedgerEntryPusher:
     def __init__(self, config: DLedgerConfig, store: DLedgerFileStore, member_state: MemberState,
-                 transport: Transport, clock: Clock, on_commit: Callable[[int], None]) -> None:
+                 transport: Transport, clock: Clock, on_commit: Callable[[int], None],
+                 membership: MembershipLog) -> None:
         self.config = config
         self.store = store
         self.member_state = member_state
+        self.transport = transport
         self.clock = clock
         self.on_commit = on_commit
-        self.quorum = QuorumAckChecker(config.self_id, config.peer_ids, config.quorum)
-        self.dispatchers = {
-            peer: EntryDispatcher(peer, config, store, member_state, transport, self.quorum, clock, self._wake_checker)
-            for peer in config.peer_ids if peer != config.self_id}
+        self.membership = membership
+        current = membership.current
+        self.quorum = QuorumAckChecker(config.self_id, current.ids, current.quorum)
+        self.quorum.set_voters(current.voters, current.quorum)
+        # One dispatcher per member but this node, learners included; created
+        # and stopped as the configuration changes.
+        self.dispatchers = {peer: self._new_dispatcher(peer) for peer in membership.replication_targets()}
+        self._dispatcher_tasks: dict[str, asyncio.Task[None]] = {}
+        # Called once when this leader's own removal has committed; by default
+        # it just steps down (the server hands leadership over first).
+        self.on_removed: Callable[[], None] = self.step_down_removed
+        self._removed_in_term = -1
         self.handler = EntryHandler(config, store, member_state, self._committed)
+        self.handler.on_reset_membership = membership.install
         self._checker_wakeup = asyncio.Event()
         self._flush_wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -64,17 +76,21 @@ class DLedgerEntryPusher:
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
         for peer, dispatcher in self.dispatchers.items():
-            self._tasks.append(start_task(dispatcher.run(), f"EntryDispatcher-{peer}"))
+            self._dispatcher_tasks[peer] = start_task(dispatcher.run(), f"EntryDispatcher-{peer}")
         self._tasks.append(start_task(self._quorum_ack_checker(), "QuorumAckChecker"))
         self._tasks.append(start_task(self._leader_flusher(), "LeaderFlusher"))
+        self.membership.listeners.append(self._on_membership_change)
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        if self._on_membership_change in self.membership.listeners:
+            self.membership.listeners.remove(self._on_membership_change)
+        tasks = self._tasks + list(self._dispatcher_tasks.values())
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        self._dispatcher_tasks.clear()
         self.quorum.fail_all(ResponseCode.TERM_CHANGED, "the node is shutting down")
 
     def _on_role_change(self, role: Role, term: int) -> None:
@@ -90,6 +106,80 @@ class DLedgerEntryPusher:
                                  f"leadership lost in term {term}; the outcome of the append is unknown")
         for dispatcher in self.dispatchers.values():
             dispatcher.wakeup.set()
+
+    # ------------------------------------------------------------ membership
+    def _new_dispatcher(self, peer: str) -> EntryDispatcher:
+        dispatcher = EntryDispatcher(peer, self.config, self.store, self.member_state, self.transport, self.quorum,
+                                     self.clock, self._wake_checker)
+        dispatcher.committed_membership = lambda: (self.membership.committed_index,
+                                                   self.membership.committed.to_json())
+        return dispatcher
+
+    def _on_membership_change(self, current: Membership) -> None:
+        """Count the new voters, and replicate to exactly the servers the
+        configurations held name (a removed server until its removal commits)."""
+        self.quorum.set_voters(current.voters, current.quorum)
+        targets = self.membership.replication_targets()
+        for peer in targets:
+            if peer not in self.dispatchers:
+                dispatcher = self.dispatchers[peer] = self._new_dispatcher(peer)
+                self._dispatcher_tasks[peer] = start_task(dispatcher.run(), f"EntryDispatcher-{peer}")
+                if self.member_state.is_leader:
+                    log.info("replicating to %s from now on", peer)
+        for peer in [p for p in self.dispatchers if p not in targets]:
+            del self.dispatchers[peer]
+            task = self._dispatcher_tasks.pop(peer, None)
+            if task is not None:
+                task.cancel()
+            if self.member_state.is_leader:
+                log.info("no longer replicating to %s", peer)
+        self._checker_wakeup.set()
+
+    async def append_config(self, membership: Membership) -> AppendResult:
+        """Append a configuration entry (it takes effect at once, through the
+        store's hook) and wait for its commit. The caller checked the rules."""
+        self._check_can_append(1)
+        placed = self.store.append_as_leader([membership.to_json()], self.member_state.term,
+                                             magic=MAGIC_CONFIG_CHANGE)
+        return await self._wait_for_new(placed)
+
+    def _maybe_promote(self) -> None:
+        """A learner that has caught up becomes a voter (one change at a time:
+        only once no other change is uncommitted)."""
+        membership, ms = self.membership, self.member_state
+        current = membership.current
+        if not current.learners or membership.pending_index >= 0 or not self.is_ready() or ms.transferee:
+            return
+        learner = learner_to_promote(current, lambda peer: self.quorum.watermark(ms.term, peer),
+                                     self.store.ledger_end_index, ms.committed_index)
+        if learner is None:
+            return
+        log.info("%s has caught up (acknowledged %d of %d): promoting it to voter", learner,
+                 self.quorum.watermark(ms.term, learner), self.store.ledger_end_index)
+        try:
+            placed = self.store.append_as_leader([current.promoted(learner).to_json()], ms.term,
+                                                 magic=MAGIC_CONFIG_CHANGE)
+        except DLedgerError as error:
+            log.warning("cannot promote %s now: %s", learner, error.message)
+            return
+        self._entries_appended()
+        log.info("promotion of %s appended at %d", learner, placed[0][0])
+
+    def _step_down_if_removed(self) -> None:
+        """A leader that removed itself leads until the removal commits (it
+        replicates it without counting itself), then steps down; it is not a
+        voter any more, so it never campaigns again."""
+        ms = self.member_state
+        if ms.is_leader and self.membership.pending_index < 0 and self._removed_in_term != ms.term and \
+                not self.membership.current.is_voter(self.config.self_id):
+            self._removed_in_term = ms.term
+            self.on_removed()
+
+    def step_down_removed(self) -> None:
+        ms = self.member_state
+        if ms.is_leader:
+            log.info("this leader's removal is committed: stepping down in term %d", ms.term)
+            ms.change_to_candidate()
 
     def _become_leader(self, term: int) -> None:
         self._leader_term = term
@@ -332,6 +422,8 @@ class DLedgerEntryPusher:
                 dispatcher.wakeup.set()
         # Also completes a retried append that joined after its range committed.
         self.quorum.complete_up_to(ms.committed_index)
+        self._maybe_promote()
+        self._step_down_if_removed()
 
     def _committed(self, index: int) -> None:
         self.on_commit(index)

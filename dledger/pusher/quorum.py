@@ -59,6 +59,9 @@ class QuorumAckChecker:
     def __init__(self, self_id: str, peer_ids: list[str], quorum: int) -> None:
         self.self_id = self_id
         self.peer_ids = peer_ids
+        # Only the voters of the current configuration count (a learner's
+        # watermark is kept, for its promotion, but never makes a commit).
+        self.voters = list(peer_ids)
         self.quorum = quorum
         self.watermarks_by_term: dict[int, dict[str, int]] = {}
         # Waiting appends, by last index (completion order) and by arrival
@@ -68,6 +71,11 @@ class QuorumAckChecker:
         self._by_deadline: deque[PendingAppend] = deque()
         self._counter = itertools.count()
         self._pending_entries = 0
+
+    def set_voters(self, voters: list[str], quorum: int) -> None:
+        """The configuration changed (dledger/membership.py)."""
+        self.voters = list(voters)
+        self.quorum = quorum
 
     # ------------------------------------------------------------ watermarks
     def start_term(self, term: int) -> None:
@@ -87,7 +95,7 @@ class QuorumAckChecker:
         marks = self.watermarks_by_term.get(term)
         if not marks:
             return committed
-        return next_committed_index(committed, list(marks.values()), self.quorum, term, term_at)
+        return next_committed_index(committed, [marks.get(v, -1) for v in self.voters], self.quorum, term, term_at)
 
     # --------------------------------------------------------------- pending
     def add_pending(self, pending: PendingAppend) -> None:

@@ -80,5 +80,8 @@ class InMemoryTransport:
         return await self._deliver(peer_id, "LeadershipTransfer", request, pb.LeadershipTransferResponse,
                                    lambda s, r: s.handle_leadership_transfer(r), timeout)
 
+    def update_peers(self, addresses: dict[str, str]) -> None:
+        pass  # the network knows every server by id
+
     async def close(self) -> None:
         pass

@@ -80,6 +80,23 @@ class GrpcTransport:
                                   timeout: float) -> pb.LeadershipTransferResponse:
         return await self._call(peer_id, "LeadershipTransfer", request, timeout)
 
+    def update_peers(self, addresses: dict[str, str]) -> None:
+        """The membership changed: open channels to new peers (or to a peer at
+        a new address), retire those to peers that left."""
+        for peer_id, address in addresses.items():
+            if not address or self._addresses.get(peer_id) == address and peer_id in self._channels:
+                continue
+            old = self._channels.pop(peer_id, None)
+            if old is not None:
+                self._retire(old)
+            self._addresses[peer_id] = address
+            self._open(peer_id)
+        for peer_id in [p for p in self._channels if p not in addresses]:
+            self._retire(self._channels.pop(peer_id))
+            self._stubs.pop(peer_id, None)
+            self._addresses.pop(peer_id, None)
+            self._failing_since.pop(peer_id, None)
+
     def _retire(self, channel: grpc.aio.Channel) -> None:
         task = asyncio.get_running_loop().create_task(channel.close(grace=RETIRED_CHANNEL_GRACE_S))
         self._closing.add(task)

@@ -51,6 +51,16 @@ class DLedgerServicer(dledger_pb2_grpc.DLedgerServiceServicer):
         return await answer("Metadata", self._ms, request, pb.MetadataResponse,
                             lambda: self.server.handle_metadata(request, self.pid, self.metrics_address))
 
+    async def ChangeMembership(self, request: pb.ChangeMembershipRequest,
+                               context: grpc.aio.ServicerContext) -> pb.ChangeMembershipResponse:
+        return await answer("ChangeMembership", self._ms, request, pb.ChangeMembershipResponse,
+                            lambda: self.server.handle_change_membership(request))
+
+    async def ListMembers(self, request: pb.ListMembersRequest,
+                          context: grpc.aio.ServicerContext) -> pb.ListMembersResponse:
+        return await answer("ListMembers", self._ms, request, pb.ListMembersResponse,
+                            lambda: self.server.handle_list_members(request))
+
     async def Read(self, request: pb.ReadRequest,
                    context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ReadResponse]:
         requester = request.header.local_id

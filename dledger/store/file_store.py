@@ -39,6 +39,7 @@ from dledger.entry import (
     INDEX_RECORD,
     INDEX_RECORD_SIZE,
     MAGIC_BLANK,
+    MAGIC_CONFIG_CHANGE,
     MAGIC_NORMAL,
     MIN_BLANK_LEN,
     VALID_MAGICS,
@@ -159,6 +160,11 @@ class DLedgerFileStore:
         # Called once with the reason when the store fails; a node process
         # sets it to stop itself.
         self.on_fatal: Callable[[str], None] | None = None
+        # Membership (dledger/membership.py) follows the configuration
+        # entries through these: one is written (index, body), entries after
+        # an index are dropped (truncate, reset).
+        self.on_config_entry: Callable[[int, bytes], None] | None = None
+        self.on_truncate: Callable[[int], None] | None = None
         self.fsync_count = 0  # flush rounds that went to the disk; group commit keeps it low
         self._executor: ThreadPoolExecutor | None = None
         self._flush_lock = asyncio.Lock()
@@ -255,6 +261,11 @@ class DLedgerFileStore:
                                   self.ledger_end_chain_crc, channel)
         self._write(start, buffer, records)
         self._advance(first_index + len(bodies) - 1, term, chain)
+        if self.on_config_entry is not None and (magic == MAGIC_CONFIG_CHANGE or
+                                                 (magics is not None and MAGIC_CONFIG_CHANGE in magics)):
+            for i, body in enumerate(bodies):
+                if (magics[i] if magics is not None else magic) == MAGIC_CONFIG_CHANGE:
+                    self.on_config_entry(first_index + i, bytes(body))
         return [(first_index + i, pos) for i, pos in enumerate(positions)]
 
     def _plan_positions(self, start: int, bodies: Sequence[bytes]) -> tuple[list[int], list[int], int]:
@@ -328,13 +339,19 @@ class DLedgerFileStore:
         if run_start + len(data) + MIN_BLANK_LEN > segment_end:
             raise self._inconsistent(f"push of {len(data)} bytes at pos {run_start} does not fit in one segment "
                                      f"(ends at {segment_end})")
-        records, chain, last_term = self._verify_run(data, first_index, count, run_start)
+        configs: list[tuple[int, int, int]] = []
+        records, chain, last_term = self._verify_run(data, first_index, count, run_start, configs)
         self._write_follower_run(start, run_start, data, records)
         self._advance(first_index + count - 1, last_term, chain)
+        if self.on_config_entry is not None:
+            for index, at, size in configs:
+                self.on_config_entry(index, bytes(data[at + HEADER_SIZE:at + size]))
         return self.ledger_end_index
 
-    def _verify_run(self, data: bytes, first_index: int, count: int, run_start: int) -> tuple[bytearray, int, int]:
-        """Check every entry of a push; returns (index records, last chain CRC, last term)."""
+    def _verify_run(self, data: bytes, first_index: int, count: int, run_start: int,
+                    configs: list[tuple[int, int, int]]) -> tuple[bytearray, int, int]:
+        """Check every entry of a push; returns (index records, last chain CRC, last term)
+        and adds (index, offset, size) of each configuration entry to `configs`."""
         view = memoryview(data)
         unpack = HEADER.unpack_from
         pack_record = INDEX_RECORD.pack_into
@@ -366,6 +383,8 @@ class DLedgerFileStore:
                 raise self._inconsistent(f"entry {index}: chain CRC {chain:#010x} != {chain_crc:#010x}; "
                                          f"it does not follow this store's entry {index - 1}")
             pack_record(records, i * INDEX_RECORD_SIZE, magic, pos, size, index, term)
+            if magic == MAGIC_CONFIG_CHANGE:
+                configs.append((index, at, size))
             previous_term = term
             at += size
         if at != total:
@@ -456,6 +475,8 @@ class DLedgerFileStore:
         self._index.truncate((last_kept_index + 1) * INDEX_RECORD_SIZE)
         self._advance(last_kept_index, term, chain)
         self._epoch += 1
+        if self.on_truncate is not None:
+            self.on_truncate(last_kept_index)
         if self.flushed_index > last_kept_index:
             self.flushed_index = last_kept_index
             self.flushed_position = cut
@@ -495,6 +516,8 @@ class DLedgerFileStore:
         self.before_begin_term = before_begin_term
         self.before_begin_chain_crc = before_begin_chain_crc
         self._advance(begin_index - 1, before_begin_term, before_begin_chain_crc)
+        if self.on_truncate is not None:
+            self.on_truncate(begin_index - 1)
         self.flushed_index = begin_index - 1
         self.flushed_position = begin_pos
         # The checkpoint goes first: after a crash in the middle, recovery

@@ -27,6 +27,7 @@ class Cluster:
         self.network = InMemoryNetwork()
         peers = tuple(PeerAddress(f"n{i}", "127.0.0.1", 30000 + i) for i in range(size))
         settings = {**FAST, **overrides}
+        self.settings = settings
         self.configs = {p.id: DLedgerConfig(self_id=p.id, peers=peers, data_dir=os.path.join(base_dir, p.id),
                                             **settings) for p in peers}  # type: ignore[arg-type]
         self.servers: dict[str, DLedgerServer] = {}
@@ -46,6 +47,14 @@ class Cluster:
             server = self.servers.pop(node_id, None)
             if server is not None:
                 await server.shutdown()
+
+    def add_joining_node(self, node: str) -> str:
+        """A config for a new server started with --join: its peers are the
+        current members (the servers running now) and itself. Returns its address."""
+        peers = tuple(PeerAddress(n, "127.0.0.1", 30000 + int(n[1:])) for n in sorted({*self.servers, node}))
+        self.configs[node] = DLedgerConfig(self_id=node, peers=peers, data_dir=os.path.join(self.base_dir, node),
+                                           join=True, **self.settings)  # type: ignore[arg-type]
+        return f"127.0.0.1:{30000 + int(node[1:])}"
 
     def reconfigure(self, node: str, **changes: object) -> None:
         self.configs[node] = replace(self.configs[node], **changes)  # type: ignore[arg-type]
