@@ -273,7 +273,9 @@ def check_acks(facts: Facts, result: BrokerCheckResult) -> None:
 def check_fifo(facts: Facts, result: BrokerCheckResult) -> None:
     """Per FIFO group and message group, in queue order: each message is let
     go when the group acks it (the ack's invoke) or it is dead-lettered; a
-    delivery of a message before every earlier one was let go violates."""
+    delivery of a message before every earlier one was let go violates,
+    unless the earlier one came in the same batch (one receive's answer
+    holds a message group's messages in order)."""
     by_message_group: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
     for uid, sent in facts.sent.items():
         if sent.kind != "fifo" or not sent.message_group:
@@ -287,13 +289,16 @@ def check_fifo(facts: Facts, result: BrokerCheckResult) -> None:
         for (topic, _), members in by_message_group.items():
             if topic not in group.topics:
                 continue
-            released_before = 0.0   # the latest release among the messages before this one
+            earlier: list[tuple[float, set[tuple[str, float]]]] = []   # (released at, batches it came in)
             for _, uid in sorted(members):
-                for d in facts.delivered.get((group.name, uid), ()):
-                    if d.time_s < released_before:
+                deliveries = facts.delivered.get((group.name, uid), ())
+                for d in deliveries:
+                    batch = (d.consumer, d.receive_invoke_s)
+                    if any(released > d.time_s and batch not in batches for released, batches in earlier):
                         result.fifo_violations.append((group.name, uid))
                         break
-                released_before = max(released_before, _released_at(facts, group.name, uid))
+                earlier.append((_released_at(facts, group.name, uid),
+                                {(d.consumer, d.receive_invoke_s) for d in deliveries}))
 
 
 def _released_at(facts: Facts, group: str, uid: str) -> float:

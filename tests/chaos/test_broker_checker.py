@@ -167,6 +167,17 @@ def test_a_fifo_message_delivered_before_the_earlier_one_was_acked_is_a_violatio
     only(run.check(), "fifo_violations", [("F", "f4")])
 
 
+def test_fifo_messages_of_one_group_in_one_batch_are_allowed():
+    run = clean_run()
+    run.send("f3", "Fifo", "fifo", at=0.02, message_group="B")
+    run.send("f4", "Fifo", "fifo", at=0.03, message_group="B")
+    run.deliver("F", "f3", 0.5, invoked=0.45)
+    run.deliver("F", "f4", 0.5, invoked=0.45)   # the same receive's answer, in order
+    run.ack("F", "f3", 0.6)
+    run.ack("F", "f4", 0.6)
+    assert run.check().valid, run.check().examples()
+
+
 def test_a_fifo_message_after_a_dead_lettered_one_is_allowed():
     run = clean_run()
     run.send("f3", "Fifo", "fifo", at=0.02, message_group="B")
