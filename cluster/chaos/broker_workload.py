@@ -4,11 +4,14 @@ History for the broker checker (broker_checker.py).
 
 Topics and groups (created through the AdminService before the load):
 
-    ChaosNormal  normal    groups GA and GB (each 2 consumers, 3 attempts)
-    ChaosFifo    FIFO      group GF (FIFO, 3 attempts), 4 message groups
-    ChaosDelay   delayed   group GA; delays of 1-4 s
-    ChaosTxn     txn       group GA; committed, rolled back, or left undecided
-                           for the producer's check-back to decide
+    ChaosNormal  normal    groups GA and GB (2 consumers each; 3 attempts)
+    ChaosFifo    FIFO      group GF (FIFO, 1 consumer, 3 attempts), 4 message groups
+    ChaosDelay   delayed   group GA (1 consumer); delays of 1-4 s
+    ChaosTxn     txn       group GA (1 consumer); committed, rolled back, or
+                           left undecided for the producer's check-back
+
+A consumer subscribes to one topic: a receive serves one topic, and a
+consumer of three would long-poll an empty one while the others wait.
     ChaosOfficial normal   the official client's producer and group GO
 
 Producers (our client, one message per call so that every send is one
@@ -75,7 +78,9 @@ class BrokerWorkloadConfig:
     # One call's attempts together: longer than any single fault, so a call
     # rides a failover out (the client retries with the same message id).
     deadline_s: float = 12.0
-    request_timeout_s: float = 3.0
+    # One attempt: well above a commit, below a pause, so a client stuck on a
+    # frozen leader gives up and finds the new one (as the log workload).
+    request_timeout_s: float = 1.5
     invisible_s: float = 10.0
     transaction_recovery_s: float = 2.0
     drain_s: float = 40.0
@@ -121,12 +126,14 @@ class BrokerWorkload:
         await self.prepare()
         consumers_done = asyncio.Event()
         official = asyncio.ensure_future(self._official(consumers_done)) if self.config.official else None
-        consumers = [asyncio.ensure_future(self._consumer(group, i, consumers_done))
-                     for group in GROUPS if group.name != OFFICIAL_GROUP
-                     for i in range(1 if group.fifo else self.config.consumers_per_group)]
+        consumers = [asyncio.ensure_future(self._consumer(group, topic, i, consumers_done))
+                     for group in GROUPS if group.name != OFFICIAL_GROUP for topic in group.topics
+                     for i in range(self.config.consumers_per_group if topic == NORMAL else 1)]
+        # A heartbeat a second: the producer's Telemetry stream (where
+        # check-backs arrive) moves to a new leader within a second.
         async with Producer(self.servers, [TXN], checker=self._check_back,
                             transaction_recovery_s=self.config.transaction_recovery_s, coalesce=False,
-                            **self._client_options()) as producer:
+                            heartbeat_interval_s=1.0, **self._client_options()) as producer:
             producers = [asyncio.ensure_future(self._producer(producer, f"p{i}", stop))
                          for i in range(self.config.producers)]
             producers += [asyncio.ensure_future(self._fifo_producer(producer, f"mg{i}", stop))
@@ -275,9 +282,9 @@ class BrokerWorkload:
         return TransactionResolution.COMMIT if intent == "commit" else TransactionResolution.ROLLBACK
 
     # ------------------------------------------------------------ consumers
-    async def _consumer(self, group: GroupSpec, number: int, done: asyncio.Event) -> None:
-        name = f"{group.name}-c{number}"
-        async with SimpleConsumer(self.servers, group.name, list(group.topics), await_duration_s=2.0,
+    async def _consumer(self, group: GroupSpec, topic: str, number: int, done: asyncio.Event) -> None:
+        name = f"{group.name}-{topic}-c{number}"
+        async with SimpleConsumer(self.servers, group.name, [topic], await_duration_s=5.0,
                                   **self._client_options()) as consumer:
             while not done.is_set():
                 op = self.history.invoke(name, ("",), kind="receive", group=group.name)
