@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, AsyncIterator, Callable
 
 import grpc
@@ -56,15 +57,17 @@ class LeaderForwarder:
 
     # ---------------------------------------------------------------- calls
     async def unary(self, method: str, request: Any, context: grpc.aio.ServicerContext,
-                    stub_factory: StubFactory = service_pb2_grpc.MessagingServiceStub) -> Any:
-        stub, metadata, timeout = await self._target(method, context, stub_factory)
+                    stub_factory: StubFactory = service_pb2_grpc.MessagingServiceStub,
+                    give_up: float | None = None) -> Any:
+        stub, metadata, timeout = await self._target(method, context, stub_factory, give_up)
         try:
             return await getattr(stub, method)(request, metadata=metadata, timeout=timeout)
         except grpc.aio.AioRpcError as error:
             raise _relay_failure(method, error) from None
 
-    async def server_stream(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        stub, metadata, timeout = await self._target(method, context)
+    async def server_stream(self, method: str, request: Any, context: grpc.aio.ServicerContext,
+                            give_up: float | None = None) -> AsyncIterator[Any]:
+        stub, metadata, timeout = await self._target(method, context, give_up=give_up)
         call = getattr(stub, method)(request, metadata=metadata, timeout=timeout)
         try:
             async for response in call:
@@ -88,25 +91,31 @@ class LeaderForwarder:
 
     # ------------------------------------------------------------- plumbing
     async def _target(self, method: str, context: grpc.aio.ServicerContext,
-                      stub_factory: StubFactory = service_pb2_grpc.MessagingServiceStub
-                      ) -> tuple[Any, list[tuple[str, str]], float | None]:
+                      stub_factory: StubFactory = service_pb2_grpc.MessagingServiceStub,
+                      give_up: float | None = None) -> tuple[Any, list[tuple[str, str]], float | None]:
+        """`give_up` (time.monotonic()): wait for a leader until then rather
+        than `leader_wait_s` (a call the edge holds through an election)."""
         if self.was_forwarded(context):
             raise BrokerError(pb.HA_NOT_AVAILABLE, f"{self.server.config.self_id} received a forwarded "
                                                    f"{method} but does not lead; retry")
-        address = await self._leader_address()
+        wait_s = self.config.leader_wait_s if give_up is None else max(0.0, give_up - time.monotonic())
+        address = await self._leader_address(wait_s)
         metadata = [(k, v) for k, v in context.invocation_metadata() or ()
                     if not k.startswith(_TRANSPORT_HEADERS)]
         metadata.append((FORWARDED_HEADER, self.server.config.self_id))
         remaining = context.time_remaining()
+        if give_up is not None:
+            # Leave the edge time to try the next leader if this one fails.
+            remaining = max(0.05, give_up - time.monotonic())
         timeout = min(remaining, self.config.forward_timeout_s) if remaining is not None else None
         return stub_factory(self._channel(address)), metadata, timeout
 
-    async def _leader_address(self) -> str:
+    async def _leader_address(self, wait_s: float) -> str:
         """The leader's peer address (peers reach each other there, even where
         clients use other, advertised, addresses), waiting out an election."""
         ms = self.server.member_state
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.leader_wait_s
+        deadline = loop.time() + wait_s
         while True:
             if ms.leader_id and ms.leader_id != self.server.config.self_id:
                 return self.server.address_of(ms.leader_id)

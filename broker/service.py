@@ -3,6 +3,19 @@
 Every call goes through one edge: the client must name itself
 (x-mq-client-id), calls that write are forwarded to the leader when this node
 does not lead, and every error becomes the protocol's Status (broker/status.py).
+
+A leader change is not the client's problem (`HandOver`): a call that meets
+no leader (an election), a leader that died or was deposed under it, or an
+outcome lost with the old leader, is held and tried again through whoever
+leads next, until shortly before the call's own deadline, instead of being
+answered with an error that makes a client give up after its few quick
+attempts (the official clients make three, with no pause). Only calls whose
+repetition is harmless are tried again: a send (the same message ids are
+recognised and answered with the first receipt, broker/message_ids.py), an
+ack (it answers OK when an ack of that handle ended the lease), an end of a
+transaction (a repeat is answered as the first), a receive (the same
+attempt id gets the same batch), heartbeats and routes. A call forwarded to
+this node by another is not held here: the node that forwarded it holds it.
 """
 from __future__ import annotations
 
@@ -32,6 +45,38 @@ Response = TypeVar("Response")
 Handler = Callable[[Any, str, grpc.aio.ServicerContext], Awaitable[Any]]
 StreamHandler = Callable[[Any, str, grpc.aio.ServicerContext], AsyncIterator[Any]]
 
+# Answers that say "no leader could do it now, or the outcome was lost with
+# one": another attempt through the next leader fixes them.
+HAND_OVER_CODES = frozenset({pb.HA_NOT_AVAILABLE, pb.SLAVE_PERSISTENCE_TIMEOUT, pb.PROXY_TIMEOUT})
+# Calls whose repetition is harmless (see the module docstring).
+IDEMPOTENT = frozenset({"QueryRoute", "Heartbeat", "SendMessage", "AckMessage", "EndTransaction", "ReceiveMessage",
+                        "NotifyClientTermination"})
+# The answer must reach the client before its deadline: stop trying this
+# long before it.
+HAND_OVER_MARGIN_S = 0.25
+# A call with no deadline is held this long at most.
+HAND_OVER_DEFAULT_S = 10.0
+HAND_OVER_POLL_S = 0.05
+
+
+class HandOver:
+    """The time a call may still be held for, and the pause between tries."""
+
+    def __init__(self, method: str, context: grpc.aio.ServicerContext, forwarded: bool) -> None:
+        remaining = context.time_remaining()
+        budget = HAND_OVER_DEFAULT_S if remaining is None else remaining
+        self.enabled = method in IDEMPOTENT and not forwarded
+        self.give_up = time.monotonic() + budget - HAND_OVER_MARGIN_S
+        self.tries = 0
+
+    def again(self, code: int) -> bool:
+        """Whether a try that ended with `code` should be made again."""
+        return self.enabled and code in HAND_OVER_CODES and time.monotonic() + HAND_OVER_POLL_S < self.give_up
+
+    async def pause(self) -> None:
+        self.tries += 1
+        await asyncio.sleep(HAND_OVER_POLL_S)
+
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
     for key, value in context.invocation_metadata() or ():
@@ -48,10 +93,25 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
     # ------------------------------------------------------------- the edge
     async def _unary(self, method: str, request: Any, context: grpc.aio.ServicerContext,
                      response_type: type[Response], handler: Handler, leader_only: bool = True) -> Response:
+        hand_over = HandOver(method, context, self.forwarder.was_forwarded(context))
+        while True:
+            response = await self._unary_once(method, request, context, response_type, handler, leader_only,
+                                              hand_over)
+            if not hand_over.again(response.status.code):  # type: ignore[attr-defined]
+                if hand_over.tries:
+                    log.info("%s held through a leader change: %d more tries, answered %s", method,
+                             hand_over.tries, pb.Code.Name(response.status.code))  # type: ignore[attr-defined]
+                return response
+            await hand_over.pause()
+
+    async def _unary_once(self, method: str, request: Any, context: grpc.aio.ServicerContext,
+                          response_type: type[Response], handler: Handler, leader_only: bool,
+                          hand_over: HandOver) -> Response:
         try:
             client_id = client_id_of(context)
             if leader_only and not self.forwarder.is_leader():
-                return await self.forwarder.unary(method, request, context)  # type: ignore[no-any-return]
+                return await self.forwarder.unary(method, request, context,  # type: ignore[no-any-return]
+                                                  give_up=hand_over.give_up if hand_over.enabled else None)
             return await handler(request, client_id, context)  # type: ignore[no-any-return]
         except Exception as error:  # noqa: BLE001 - the one place errors become statuses
             return response_type(status=status_of(error))  # type: ignore[call-arg]
@@ -149,18 +209,32 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         """The edge of a server-streaming call: exactly one status entry per
         call, even when the call fails (before the status went out)."""
         status_sent = False
-        try:
-            client_id = client_id_of(context)
-            if self.forwarder.is_leader():
-                stream = handler(request, client_id, context)
-            else:
-                stream = self.forwarder.server_stream(method, request, context)
-            async for response in stream:
-                status_sent = status_sent or response.HasField("status")
-                yield response
-        except Exception as error:  # noqa: BLE001 - the one place errors become statuses
-            if not status_sent:
-                yield response_type(status=status_of(error))  # type: ignore[call-arg]
+        hand_over = HandOver(method, context, self.forwarder.was_forwarded(context))
+        while True:
+            failed: pb.Status | None = None
+            try:
+                client_id = client_id_of(context)
+                if self.forwarder.is_leader():
+                    stream = handler(request, client_id, context)
+                else:
+                    stream = self.forwarder.server_stream(
+                        method, request, context, give_up=hand_over.give_up if hand_over.enabled else None)
+                async for response in stream:
+                    if not status_sent and response.HasField("status") and hand_over.again(response.status.code):
+                        failed = response.status   # nothing went out yet: try again
+                        break
+                    status_sent = status_sent or response.HasField("status")
+                    yield response
+            except Exception as error:  # noqa: BLE001 - the one place errors become statuses
+                if status_sent:
+                    return
+                failed = status_of(error)
+            if failed is None:
+                return
+            if not hand_over.again(failed.code):
+                yield response_type(status=failed)  # type: ignore[call-arg]
+                return
+            await hand_over.pause()
 
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest, context: grpc.aio.ServicerContext
                              ) -> AsyncIterator[spb.ReceiveMessageResponse]:

@@ -4,8 +4,7 @@
                   [--seed N] [--workload log|broker] [--out DIR] [--no-idempotence] [--json]
 
 Prints the summary JSON last (with --json) and exits 0 when every check
-passed, 1 when any failed, 2 on a usage error (and for a workload that is not
-available yet).
+passed, 1 when any failed, 2 on a usage error.
 """
 from __future__ import annotations
 
@@ -47,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="appends per second per client outside heavy bursts")
     parser.add_argument("--no-idempotence", action="store_true",
                         help="clients without a producer id: an append with an unknown outcome is not retried")
+    parser.add_argument("--no-official", action="store_true",
+                        help="broker workload: leave out the official RocketMQ 5 Python client's share")
     parser.add_argument("--keep-data", action="store_true", help="keep the nodes' data dirs after a valid run")
     for flag in NODE_FLAGS:
         parser.add_argument(flag, dest="node_" + flag[2:].replace("-", "_"), metavar="VALUE",
@@ -66,6 +67,15 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
     if args.clients < 1 or args.rate <= 0:
         raise ValueError("--clients and --rate must be positive")
     make_workload(args.workload, [], History())  # says now if it cannot run
+    if args.workload == "broker":
+        from cluster.chaos.broker_workload import BrokerWorkloadConfig
+        workload_config: object = BrokerWorkloadConfig(
+            producers=args.clients if args.clients != LogWorkloadConfig.clients else BrokerWorkloadConfig.producers,
+            rate_per_producer=args.rate if args.rate != LogWorkloadConfig.rate_per_client
+            else BrokerWorkloadConfig.rate_per_producer, official=not args.no_official)
+    else:
+        workload_config = LogWorkloadConfig(idempotent=not args.no_idempotence, clients=args.clients,
+                                            rate_per_client=args.rate)
     node_args: list[str] = []
     for flag in NODE_FLAGS:
         value = getattr(args, "node_" + flag[2:].replace("-", "_"))
@@ -76,8 +86,7 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         out_dir=Path(args.out), nodes=args.nodes, duration_s=args.duration, faults=parse_faults(args.faults),
         seed=args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31),
         workload=args.workload, node_args=tuple(node_args),
-        workload_config=LogWorkloadConfig(idempotent=not args.no_idempotence, clients=args.clients,
-                                          rate_per_client=args.rate),
+        workload_config=workload_config,
         schedule=ScheduleConfig(min_pause_s=2 * election_max), keep_data=args.keep_data)
 
 
@@ -99,6 +108,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def human_summary(summary: dict[str, Any]) -> str:
+    if summary["workload"] == "broker":
+        from cluster.chaos.broker_checker import BrokerCheckResult
+        keys = ["seed", "messages", "acked", "failed", "unknown", "failed_client_calls", "deliveries",
+                *BrokerCheckResult.FAILURES, "late_delayed", "max_unavailability_s", "max_without_delivery_s",
+                "faults_injected", "recovery", "delivery_recovery", "valid"]
+        lines = [f"{k}: {summary[k]}" for k in keys]
+        lines.append(f"outputs: {summary['outputs']['summary']}, {summary['outputs']['timeline']}")
+        return "\n".join(lines)
     keys = ["seed", "ops", "acked", "failed", "unknown", "lost", "duplicated", "diverged", "order_violations",
             "unexpected", "stale_leader_acks", "max_unavailability_s", "faults_injected", "recovery", "valid"]
     lines = [f"{k}: {summary[k]}" for k in keys]

@@ -8,7 +8,10 @@
 3. heal everything, stop the load, make one more acknowledged append (so a
    leader of the final term has committed), wait until every node has
    committed it;
-4. read every node's committed log and run the checker;
+4. read every node's committed log and run the checker (the broker
+   workload: wait until no node commits anything new, read the logs, stop
+   the nodes with SIGTERM and digest each one's ConsumeQueues, consumer
+   offsets and pop state for the broker checker);
 5. write summary.json, history.jsonl and timeline.png under the output dir.
 
 The node data dirs (`data/`) are removed after a valid run and kept after a
@@ -27,10 +30,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.chaos.availability import longest_gap, recoveries, recovery_by_kind, recovery_stats
+from cluster.chaos.availability import (longest_delivery_gap, longest_gap, recoveries, recovery_by_kind,
+                                        recovery_stats)
+from cluster.chaos.broker_checker import BrokerCheckResult, check_broker
 from cluster.chaos.checker import CheckResult, LogEntry, check
 from cluster.chaos.disk import repair_summary
-from cluster.chaos.history import PROBE_PREFIX, History, Outcome
+from cluster.chaos.history import PROBE_PREFIX, History, Operation, Outcome
+from cluster.chaos.node_state import digest_node
 from cluster.chaos.nemesis import Nemesis
 from cluster.chaos.network import FaultNetwork
 from cluster.chaos.plot import plot_timeline
@@ -60,7 +66,8 @@ class ChaosOptions:
     seed: int | None = None
     workload: str = "log"
     node_args: tuple[str, ...] = ()
-    workload_config: LogWorkloadConfig = field(default_factory=LogWorkloadConfig)
+    # LogWorkloadConfig, or BrokerWorkloadConfig for the broker workload.
+    workload_config: Any = field(default_factory=LogWorkloadConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     convergence_timeout_s: float = 30.0
     keep_data: bool = False
@@ -72,11 +79,14 @@ class RunState:
     seed: int
     history: History
     load_end_s: float = 0.0
+    sends_end_s: float | None = None
     crashed: dict[str, int] = field(default_factory=dict)
     unconverged: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
     still_repairing: list[str] = field(default_factory=list)
     logs: dict[str, list[LogEntry]] = field(default_factory=dict)
+    node_states: dict[str, dict[str, str]] = field(default_factory=dict)
+    groups: list[Any] = field(default_factory=list)
     traffic: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
 
@@ -104,8 +114,13 @@ async def run_chaos(options: ChaosOptions) -> dict[str, Any]:
         cluster.kill_all()
         await network.close()
     state.wall_s = time.monotonic() - started
-    result = check(state.history, state.logs) if state.logs else None
-    summary = build_summary(options, state, result)
+    if options.workload == "broker":
+        broker_result = check_broker(state.history, state.logs, state.groups, state.node_states) \
+            if state.logs else None
+        summary = build_broker_summary(options, state, broker_result)
+    else:
+        result = check(state.history, state.logs) if state.logs else None
+        summary = build_summary(options, state, result)
     write_outputs(options, state, summary)
     if summary["valid"] and not options.keep_data:
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -114,10 +129,12 @@ async def run_chaos(options: ChaosOptions) -> dict[str, Any]:
 
 async def _run(options: ChaosOptions, cluster: ProcessCluster, network: FaultNetwork, state: RunState) -> None:
     servers = list(cluster.addresses.values())
-    async with DLedgerClient(servers, deadline_s=options.workload_config.op_deadline_s) as admin:
+    deadline_s = getattr(options.workload_config, "op_deadline_s", 10.0)
+    async with DLedgerClient(servers, deadline_s=deadline_s) as admin:
         await find_leader(admin, servers, timeout=30.0)
         history = state.history = History()
         workload = make_workload(options.workload, servers, history, options.workload_config)
+        state.groups = list(getattr(workload, "groups", []))
         nemesis = Nemesis(cluster, network, history, workload, admin)
         plan = plan_schedule(state.seed, options.faults, options.duration_s, options.schedule)
         stop = asyncio.Event()
@@ -131,6 +148,7 @@ async def _run(options: ChaosOptions, cluster: ProcessCluster, network: FaultNet
             stop.set()
             await load
         state.load_end_s = history.now()
+        state.sends_end_s = getattr(workload, "sends_ended_s", None)
         await _converge(options, cluster, admin, workload, state)
 
 
@@ -144,6 +162,8 @@ async def _converge(options: ChaosOptions, cluster: ProcessCluster, admin: DLedg
         # read and checked for what they hold.
         state.unconverged = alive
     else:
+        if options.workload == "broker":
+            barrier = await wait_quiet(admin, cluster, alive, options.convergence_timeout_s)
         state.unconverged = await wait_committed(admin, cluster, alive, barrier, options.convergence_timeout_s)
         state.still_repairing = await wait_repaired(admin, cluster, alive, options.convergence_timeout_s)
     state.crashed.update(cluster.exited())
@@ -155,6 +175,30 @@ async def _converge(options: ChaosOptions, cluster: ProcessCluster, admin: DLedg
         except DLedgerError as error:
             log.error("cannot read the committed log of %s: %s", node, error)
             state.unreadable.append(node)
+    if options.workload == "broker" and not state.unconverged:
+        # A clean stop writes every node's derived state to its files.
+        cluster.stop_all()
+        state.node_states = {node: digest_node(cluster.base / node) for node in state.logs}
+
+
+async def wait_quiet(admin: DLedgerClient, cluster: ProcessCluster, nodes: list[str], timeout_s: float,
+                     quiet_s: float = 1.5) -> int:
+    """Wait until no node's committed index has moved for `quiet_s` (the
+    broker writes offsets and pop ops on its own for a while after the load);
+    returns the highest committed index then."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + timeout_s
+    last: tuple[int, ...] = ()
+    since = loop.time()
+    while loop.time() < give_up:
+        answers = await asyncio.gather(*(admin.metadata(cluster.addresses[n]) for n in nodes))
+        now = tuple(a.committed_index if a is not None else -1 for a in answers)
+        if now != last:
+            last, since = now, loop.time()
+        elif loop.time() - since >= quiet_s and len(set(now)) == 1:
+            break
+        await asyncio.sleep(0.1)
+    return max(last or (0,))
 
 
 async def wait_committed(admin: DLedgerClient, cluster: ProcessCluster, nodes: list[str], index: int,
@@ -250,6 +294,84 @@ def build_summary(options: ChaosOptions, state: RunState, result: CheckResult | 
         # acknowledged again.
         "failover": recovery_stats(per_fault, (KILL_LEADER, CRASH_WRITE), solo=True),
         "recovery_by_kind": recovery_by_kind(per_fault),
+        "per_fault": [_rounded(asdict(r)) for r in per_fault],
+        "examples": result.examples() if result else {},
+        "wall_s": round(state.wall_s, 1),
+        "valid": not any(problems.values()),
+        "outputs": {"summary": str(options.out_dir / "summary.json"),
+                    "history": str(options.out_dir / "history.jsonl"),
+                    "timeline": str(options.out_dir / "timeline.png"),
+                    "node_logs": str(options.out_dir / "nodes")},
+    }
+
+
+def build_broker_summary(options: ChaosOptions, state: RunState, result: BrokerCheckResult | None
+                         ) -> dict[str, Any]:
+    history = state.history
+    sends = [op for op in history.operations if op.kind == "send"]
+    official = [op for op in sends if op.client == "official"]
+    # Until the producers stopped (the consumers' drain comes after).
+    gap = longest_gap(history, 0.0, state.sends_end_s or state.load_end_s)
+    delivery_gap = longest_delivery_gap(history, 0.0, state.sends_end_s or state.load_end_s)
+    per_fault = recoveries(history)
+    counts = result.counts() if result else {}
+    problems = {
+        "no_logs_read": result is None,
+        "crashed_nodes": bool(state.crashed),
+        "unconverged_nodes": bool(state.unconverged),
+        "unreadable_nodes": bool(state.unreadable),
+        "checks": result is not None and not result.valid,
+    }
+
+    def tally(ops: list[Operation]) -> dict[str, int]:
+        return {outcome.value: sum(op.outcome is outcome for op in ops) for outcome in Outcome}
+
+    calls = {kind: tally([op for op in history.operations if op.kind == kind])
+             for kind in ("send", "end", "receive", "ack")}
+    kinds: dict[str, int] = {}
+    for message in history.sent.values():
+        kinds[message.kind] = kinds.get(message.kind, 0) + 1
+    leader_kills = (KILL_LEADER, CRASH_WRITE)
+    return {
+        "seed": state.seed,
+        "nodes": options.nodes,
+        "duration_s": options.duration_s,
+        "workload": options.workload,
+        "faults": list(options.faults),
+        "messages": len(history.sent),
+        "messages_by_kind": kinds,
+        "ops": len(sends),
+        "acked": sum(op.outcome is Outcome.OK for op in sends),
+        "failed": sum(op.outcome is Outcome.FAIL for op in sends),
+        "unknown": sum(op.outcome in (Outcome.UNKNOWN, Outcome.PENDING) for op in sends),
+        "official_sends": tally(official),
+        "calls": calls,
+        "failed_client_calls": sum(c["fail"] + c["unknown"] for c in calls.values()),
+        "deliveries": result.deliveries if result else None,
+        "redeliveries": result.redeliveries if result else None,
+        "dead_lettered": result.dead_lettered if result else None,
+        "check_backs": len(history.checks),
+        "unknown_sends_landed": result.unknown_sends_landed if result else None,
+        **{name: counts.get(name) for name in BrokerCheckResult.FAILURES},
+        "late_delayed": result.late_delayed if result else None,
+        "crashed_nodes": state.crashed,
+        "unconverged_nodes": state.unconverged,
+        "unreadable_nodes": state.unreadable,
+        "state_items_compared": len(next(iter(state.node_states.values()), {})),
+        "max_unavailability_s": round(gap.seconds, 3),
+        "max_unavailability_window_s": [round(gap.from_s, 3), round(gap.to_s, 3)],
+        "max_without_delivery_s": round(delivery_gap.seconds, 3),
+        "max_without_delivery_window_s": [round(delivery_gap.from_s, 3), round(delivery_gap.to_s, 3)],
+        "faults_injected": len(per_fault),
+        "peer_traffic": state.traffic,
+        "recovery": recovery_stats(per_fault),
+        "delivery_recovery": recovery_stats(per_fault, measure="delivery_recovery_s"),
+        # A leader SIGKILLed on its own: until a send is acknowledged again,
+        # and until a message is delivered again.
+        "failover": recovery_stats(per_fault, leader_kills, solo=True),
+        "failover_delivery": recovery_stats(per_fault, leader_kills, solo=True, measure="delivery_recovery_s"),
+        "recovery_by_kind": recovery_by_kind(per_fault),
+        "delivery_recovery_by_kind": recovery_by_kind(per_fault, measure="delivery_recovery_s"),
         "per_fault": [_rounded(asdict(r)) for r in per_fault],
         "examples": result.examples() if result else {},
         "wall_s": round(state.wall_s, 1),

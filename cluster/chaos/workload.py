@@ -21,8 +21,8 @@ outcome is unknown is never sent again: the library retries only answers that
 prove the entry was not appended (NOT_LEADER and the like), and the last
 answer decides: fail when it proves that, unknown otherwise.
 
-The broker workload (sends and consumes through the RocketMQ 5 API) plugs in
-at `make_workload` once the broker exists.
+The broker workload (sends and consumes through the RocketMQ 5 API) is in
+broker_workload.py; `make_workload` builds either.
 """
 from __future__ import annotations
 
@@ -203,11 +203,10 @@ class LogWorkload:
         return f"{name}-{n}"
 
 
-def make_workload(name: str, servers: list[str], history: History,
-                  config: LogWorkloadConfig | None = None) -> Workload:
+def make_workload(name: str, servers: list[str], history: History, config: object | None = None) -> Workload:
     if name == "log":
-        return LogWorkload(servers, history, config)
+        return LogWorkload(servers, history, config if isinstance(config, LogWorkloadConfig) else None)
     if name == "broker":
-        raise WorkloadUnavailable("the broker workload (sends and consumes through the RocketMQ 5 API) "
-                                  "is not available yet: it needs the broker's ReceiveMessage and AckMessage")
+        from cluster.chaos.broker_workload import BrokerWorkload, BrokerWorkloadConfig
+        return BrokerWorkload(servers, history, config if isinstance(config, BrokerWorkloadConfig) else None)
     raise WorkloadUnavailable(f"unknown workload {name!r}; expected one of {', '.join(WORKLOADS)}")

@@ -50,10 +50,15 @@ def test_chaos_command_without_idempotence_passes_every_check(tmp_path: Path):
     assert summary["valid"] and summary["failed_present"] == 0 and summary["duplicated"] == 0
 
 
-def test_broker_workload_is_refused_until_the_broker_exists(tmp_path: Path):
-    done = dledger("chaos", "--workload", "broker", "--out", str(tmp_path), "--json")
-    assert done.returncode == 2
-    assert "not available yet" in done.stderr
+def test_broker_workload_options_are_built_from_the_arguments():
+    from cluster.chaos.broker_workload import BrokerWorkloadConfig
+    from cluster.chaos.command import options_from
+    from cluster.cli import build_parser
+
+    args = build_parser().parse_args(["chaos", "--workload", "broker", "--no-official", "--clients", "2"])
+    options = options_from(args)
+    assert options.workload == "broker"
+    assert options.workload_config == BrokerWorkloadConfig(producers=2, official=False)
 
 
 def test_unknown_fault_is_a_usage_error(tmp_path: Path):
