@@ -70,9 +70,16 @@ class AckService:
         for i, entry in enumerate(entries):
             try:
                 handle = ReceiptHandle.decode(entry.receipt_handle, group, topic)
-                self.current_lease(group, topic, handle, now)
             except BrokerError as error:
                 statuses[i] = error.to_status()
+                continue
+            try:
+                self.current_lease(group, topic, handle, now)
+            except BrokerError as error:
+                # A retry of an ack that took effect (its answer was lost to a
+                # leader change, say) is answered as the first was: OK.
+                end = self.state.lease_end(group, topic, handle.queue_id, handle.offset, handle.lease)
+                statuses[i] = ok() if end is not None and end.how == ACKED else error.to_status()
                 continue
             handles[i] = handle
             ops.setdefault(handle.queue_id, AckOp(group, topic, handle.queue_id, [])).acks.append(
