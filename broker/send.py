@@ -34,8 +34,12 @@ from broker.transaction.state import HALF_TOPIC
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from store.codec import MessageExt
+from store.errors import PutOutcomeUnknownError
 from store.message_store import MessageStore
 from store.topic_config import TopicConfig
+
+# Sends in doubt remembered at most (older terms' are dropped first).
+MAX_IN_DOUBT = 100_000
 
 
 @dataclass(slots=True)
@@ -70,6 +74,10 @@ class SendService:
         self.recent = MessageIdTable(config.dedupe_window_entries)
         store.add_arrival_listener(self.recent.on_arrival)
         self._sending: dict[tuple[str, str], asyncio.Future[StoredMessage]] = {}
+        # Sends whose put ended with an unknown outcome (written to this
+        # leader's log, commit not seen in time), with the term they were
+        # written in: a retry in that term must first see whether they committed.
+        self._in_doubt: dict[tuple[str, str], int] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
 
     async def rebuild_recent(self) -> None:
@@ -151,6 +159,8 @@ class SendService:
             known = self.recent.get(stored.topic, message_id)
             if known is None and stored.topic != config.topic_name:
                 known = self.recent.get(*key)
+            if known is None and key in self._in_doubt:
+                known = await self._settle_doubt(key, stored.topic)
             if known is not None:
                 entries[i] = self._receipt(message, known, config.topic_name)
             elif key in self._sending:
@@ -168,6 +178,30 @@ class SendService:
                                                  message_id=checked[i].message.system_properties.message_id)
         return [entry for entry in entries if entry is not None]
 
+    def _note_doubt(self, keys: list[tuple[str, str]]) -> None:
+        term = self.store.server.member_state.term
+        if len(self._in_doubt) > MAX_IN_DOUBT:
+            self._in_doubt = {k: t for k, t in self._in_doubt.items() if t == term}
+        for key in keys:
+            self._in_doubt[key] = term
+
+    async def _settle_doubt(self, key: tuple[str, str], topic: str) -> StoredMessage | None:
+        """A retry of a send whose first put's outcome was unknown, in the same
+        term: its entry, if it was written, lies in this leader's log before
+        the log's end now; once everything up to there is applied, the id
+        table knows. (A new leader applies all earlier terms' entries before
+        it takes a send, so only this term's doubts need the wait.)"""
+        term = self._in_doubt.get(key)
+        if term != self.store.server.member_state.term:
+            self._in_doubt.pop(key, None)
+            return None
+        end = self.store.server.store.ledger_end_index
+        if not await self.store.wait_applied(end, self.store.server.config.max_wait_ack_s):
+            raise PutOutcomeUnknownError(f"message {key[1]} was written before and is not known to be committed "
+                                         f"yet: retry later (it is not written twice)")
+        self._in_doubt.pop(key, None)
+        return self.recent.get(topic, key[1]) or self.recent.get(*key)
+
     async def _ensure_internal_topics(self, topics: set[str]) -> None:
         for topic in topics & TIMER_TOPICS:
             await self.timers.ensure_topic(topic)
@@ -181,6 +215,8 @@ class SendService:
         try:
             results = await self.store.put_messages([p.stored for p in fresh])
         except Exception as error:  # noqa: BLE001 - every message of the put shares its failure
+            if isinstance(error, PutOutcomeUnknownError):
+                self._note_doubt([p.key for p in fresh])
             for p in fresh:
                 futures[p.key].set_exception(error)
                 entries[p.request_index] = spb.SendResultEntry(status=status_of(error),

@@ -163,3 +163,30 @@ async def test_a_log_clients_append_shaped_like_a_message_is_not_read_back_as_on
     table = MessageIdTable(window=1000)
     await table.rebuild(cluster.servers[leader], cluster.stores[leader].applied_index, 1 << 20)
     assert [index for index, _ in table._table.values()] == [first_index(cluster, leader, message)]
+
+
+async def test_a_retry_after_an_unknown_outcome_in_the_same_term_is_answered_not_stored(tmp_path):
+    # The leader writes the send, loses its followers before the commit (the
+    # client hears "outcome unknown"), gets them back, and the retry comes to
+    # the same leader in the same term before the first copy has committed.
+    cluster = BrokerCluster(str(tmp_path), max_wait_ack_s=0.5, election_timeout_min_s=3.0,
+                            election_timeout_max_s=4.0)
+    await cluster.start()
+    try:
+        leader = await cluster.wait_leader()
+        broker = cluster.brokers[leader]
+        await broker.sender.send([protocol_message("Doubt", b"warm-up")])
+        await cluster.wait_applied()
+        message = protocol_message("Doubt", b"once")
+        term = cluster.servers[leader].member_state.term
+        cluster.network.isolate(leader)
+        first = await broker.sender.send([message])
+        assert first.status.code != pb.OK                       # written, commit not seen: outcome unknown
+        cluster.network.heal()
+        again = await broker.sender.send([message])             # the producer's retry, same leader, same term
+        assert cluster.servers[leader].member_state.term == term
+        assert again.status.code == pb.OK, again.status
+        await cluster.wait_applied()
+        assert copies(cluster, leader, "Doubt").count(b"once") == 1
+    finally:
+        await cluster.stop()
