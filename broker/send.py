@@ -155,10 +155,14 @@ class SendService:
             message_id = message.system_properties.message_id
             key = (config.topic_name, message_id)
             stored = self._stored_form(config, item, now)
-            # A timer due by the time of a retry goes straight to its topic: look in both.
-            known = self.recent.get(stored.topic, message_id)
-            if known is None and stored.topic != config.topic_name:
-                known = self.recent.get(*key)
+            # A delayed message's first copy may sit in a timer topic while a
+            # retry (due by then) would go straight to its topic, or the
+            # other way round: look in every place a copy can be.
+            places = [stored.topic, config.topic_name]
+            if item.delay_level is not None or message.system_properties.HasField("delivery_timestamp"):
+                places += sorted(TIMER_TOPICS)
+            known = next((found for found in (self.recent.get(t, message_id) for t in dict.fromkeys(places))
+                          if found is not None), None)
             if known is None and key in self._in_doubt:
                 known = await self._settle_doubt(key, stored.topic)
             if known is not None:

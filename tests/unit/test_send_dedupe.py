@@ -190,3 +190,22 @@ async def test_a_retry_after_an_unknown_outcome_in_the_same_term_is_answered_not
         assert copies(cluster, leader, "Doubt").count(b"once") == 1
     finally:
         await cluster.stop()
+
+
+async def test_a_retry_of_a_delayed_message_due_by_then_is_answered_not_stored(cluster: BrokerCluster):
+    from google.protobuf.timestamp_pb2 import Timestamp
+    leader = await cluster.wait_leader()
+    broker = cluster.brokers[leader]
+    await broker.sender.send([protocol_message("Later", b"warm-up")])
+    due = Timestamp()
+    due.FromMilliseconds(cluster.clock() + 2000)
+    message = protocol_message("Later", b"once", delivery_timestamp=due, message_type=pb.DELAY)
+    first = await broker.sender.send([message])               # into the timer topic
+    assert first.status.code == pb.OK
+    cluster.clock.advance(5000)                               # due now: a retry would go straight to the topic
+    again = await broker.sender.send([message])
+    assert again.status.code == pb.OK, again.status
+    await cluster.eventually(lambda: b"once" in copies(cluster, leader, "Later"), what="the timer delivers it")
+    await asyncio.sleep(0.5)
+    await cluster.wait_applied()
+    assert copies(cluster, leader, "Later").count(b"once") == 1
