@@ -57,8 +57,9 @@ async def test_enospc_in_the_checkpoint_makes_the_node_read_only_not_dead(tmp_pa
             server.store.append_as_leader([b"x"], term=server.member_state.term)
         assert refused.value.code is ResponseCode.DISK_FULL
         monkeypatch.undo()
-        await eventually(lambda: not server.store.read_only_reason)
-        await cluster.wait_converged()
+        await eventually(lambda: not server.store.read_only_reason, timeout=15)
+        # (Generous: the whole suite shares two cores with this cluster.)
+        await cluster.wait_converged(timeout=15)
     finally:
         await cluster.stop()
 
