@@ -34,7 +34,7 @@ from cluster.chaos.availability import (longest_delivery_gap, longest_gap, recov
                                         recovery_stats)
 from cluster.chaos.broker_checker import BrokerCheckResult, check_broker
 from cluster.chaos.checker import CheckResult, LogEntry, check
-from cluster.chaos.disk import repair_summary
+from cluster.chaos.disk import RepairSummary, repair_summary
 from cluster.chaos.history import PROBE_PREFIX, History, Operation, Outcome
 from cluster.chaos.node_state import digest_node
 from cluster.chaos.nemesis import Nemesis
@@ -246,15 +246,7 @@ def build_summary(options: ChaosOptions, state: RunState, result: CheckResult | 
     per_fault = recoveries(history)
     counts = result.counts() if result else {}
     repairs = repair_summary(options.out_dir / "nodes")
-    problems = {
-        "no_logs_read": result is None,
-        "crashed_nodes": bool(state.crashed),
-        "unconverged_nodes": bool(state.unconverged),
-        "unreadable_nodes": bool(state.unreadable),
-        "checks": result is not None and not result.valid,
-        "votes_while_repairing": repairs.votes_while_repairing > 0,
-        "still_repairing": bool(state.still_repairing),
-    }
+    problems = _problems(state, result is None, result is not None and not result.valid, repairs)
     return {
         "seed": state.seed,
         "nodes": options.nodes,
@@ -278,10 +270,7 @@ def build_summary(options: ChaosOptions, state: RunState, result: CheckResult | 
         "misplaced": counts.get("misplaced"),
         "failed_present": counts.get("failed_present"),
         "stale_leader_acks": counts.get("stale_leader_acks"),
-        "repairs": repairs.repairs,
-        "repairs_completed": repairs.completed,
-        "votes_while_repairing": repairs.votes_while_repairing,
-        "still_repairing": state.still_repairing,
+        **_repair_fields(repairs, state),
         "crashed_nodes": state.crashed,
         "unconverged_nodes": state.unconverged,
         "unreadable_nodes": state.unreadable,
@@ -298,11 +287,31 @@ def build_summary(options: ChaosOptions, state: RunState, result: CheckResult | 
         "examples": result.examples() if result else {},
         "wall_s": round(state.wall_s, 1),
         "valid": not any(problems.values()),
-        "outputs": {"summary": str(options.out_dir / "summary.json"),
-                    "history": str(options.out_dir / "history.jsonl"),
-                    "timeline": str(options.out_dir / "timeline.png"),
-                    "node_logs": str(options.out_dir / "nodes")},
+        "outputs": _outputs(options),
     }
+
+
+def _problems(state: RunState, no_logs: bool, checks_failed: bool, repairs: RepairSummary) -> dict[str, bool]:
+    """What makes a run invalid, whatever its workload."""
+    return {
+        "no_logs_read": no_logs,
+        "crashed_nodes": bool(state.crashed),
+        "unconverged_nodes": bool(state.unconverged),
+        "unreadable_nodes": bool(state.unreadable),
+        "checks": checks_failed,
+        "votes_while_repairing": repairs.votes_while_repairing > 0,
+        "still_repairing": bool(state.still_repairing),
+    }
+
+
+def _repair_fields(repairs: RepairSummary, state: RunState) -> dict[str, Any]:
+    return {"repairs": repairs.repairs, "repairs_completed": repairs.completed,
+            "votes_while_repairing": repairs.votes_while_repairing, "still_repairing": state.still_repairing}
+
+
+def _outputs(options: ChaosOptions) -> dict[str, str]:
+    return {"summary": str(options.out_dir / "summary.json"), "history": str(options.out_dir / "history.jsonl"),
+            "timeline": str(options.out_dir / "timeline.png"), "node_logs": str(options.out_dir / "nodes")}
 
 
 def build_broker_summary(options: ChaosOptions, state: RunState, result: BrokerCheckResult | None
@@ -315,13 +324,8 @@ def build_broker_summary(options: ChaosOptions, state: RunState, result: BrokerC
     delivery_gap = longest_delivery_gap(history, 0.0, state.sends_end_s or state.load_end_s)
     per_fault = recoveries(history)
     counts = result.counts() if result else {}
-    problems = {
-        "no_logs_read": result is None,
-        "crashed_nodes": bool(state.crashed),
-        "unconverged_nodes": bool(state.unconverged),
-        "unreadable_nodes": bool(state.unreadable),
-        "checks": result is not None and not result.valid,
-    }
+    repairs = repair_summary(options.out_dir / "nodes")
+    problems = _problems(state, result is None, result is not None and not result.valid, repairs)
 
     def tally(ops: list[Operation]) -> dict[str, int]:
         return {outcome.value: sum(op.outcome is outcome for op in ops) for outcome in Outcome}
@@ -354,6 +358,7 @@ def build_broker_summary(options: ChaosOptions, state: RunState, result: BrokerC
         "unknown_sends_landed": result.unknown_sends_landed if result else None,
         **{name: counts.get(name) for name in BrokerCheckResult.FAILURES},
         "late_delayed": result.late_delayed if result else None,
+        **_repair_fields(repairs, state),
         "crashed_nodes": state.crashed,
         "unconverged_nodes": state.unconverged,
         "unreadable_nodes": state.unreadable,
@@ -376,10 +381,7 @@ def build_broker_summary(options: ChaosOptions, state: RunState, result: BrokerC
         "examples": result.examples() if result else {},
         "wall_s": round(state.wall_s, 1),
         "valid": not any(problems.values()),
-        "outputs": {"summary": str(options.out_dir / "summary.json"),
-                    "history": str(options.out_dir / "history.jsonl"),
-                    "timeline": str(options.out_dir / "timeline.png"),
-                    "node_logs": str(options.out_dir / "nodes")},
+        "outputs": _outputs(options),
     }
 
 

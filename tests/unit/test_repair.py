@@ -28,16 +28,24 @@ async def cluster(tmp_path):
     await c.stop()
 
 
-def flip_body_byte(cluster: Cluster, node: str, index: int) -> None:
+def body_byte(cluster: Cluster, node: str, index: int) -> tuple[str, int]:
+    """(segment file, offset in it) of a body byte of entry `index` on `node`."""
     store = cluster.servers[node].store
     pos = store.position_of(index)
     segment = store._data.find(pos)
-    at = pos - segment.start + HEADER_SIZE + 1
-    with open(segment.path, "r+b") as file:
+    return segment.path, pos - segment.start + HEADER_SIZE + 1
+
+
+def flip(path: str, at: int, bit: int = 0x20) -> None:
+    with open(path, "r+b") as file:
         file.seek(at)
         byte = file.read(1)
         file.seek(at)
-        file.write(bytes([byte[0] ^ 0x20]))
+        file.write(bytes([byte[0] ^ bit]))
+
+
+def flip_body_byte(cluster: Cluster, node: str, index: int) -> None:
+    flip(*body_byte(cluster, node, index))
 
 
 async def eventually(condition, timeout: float = 10.0, what: str = "") -> None:  # noqa: ANN001
@@ -107,15 +115,9 @@ async def test_damage_found_at_start_up_makes_a_non_voter_until_it_catches_up(tm
         store = cluster.servers[victim].store
         store.write_checkpoint()
         end = store.ledger_end_index
-        pos = store.position_of(end)
-        segment = store._data.find(pos)
+        damaged = body_byte(cluster, victim, end)
         await cluster.stop(victim)
-        # Damage the entry recovery starts from (the checkpoint's): it is committed.
-        with open(segment.path, "r+b") as file:
-            file.seek(pos - segment.start + HEADER_SIZE + 1)
-            byte = file.read(1)
-            file.seek(pos - segment.start + HEADER_SIZE + 1)
-            file.write(bytes([byte[0] ^ 0x01]))
+        flip(*damaged, bit=0x01)   # the entry recovery starts from (the checkpoint's): it is committed
         await cluster.start(victim)
         restarted = cluster.servers[victim]
         assert restarted.member_state.repairing and restarted.store.ledger_end_index < end
