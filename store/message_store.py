@@ -141,7 +141,15 @@ class MessageStore:
         crashed = mark_running(self._abort_path)
         for manager in self.managers:
             manager.load()
-        committed_end = self.commit_log.committed_end()
+        self.checkpoint = StoreCheckpoint.load(self._checkpoint_path) or StoreCheckpoint()
+        self._check_entry_format(self.checkpoint)
+        # A log cut for repair (a damaged entry) lacks committed entries this
+        # store has already applied; they come back from the leader exactly as
+        # they were. So the store keeps what it derived from them (and its
+        # files, which hold it) and goes on after its checkpoint once they
+        # are back, rather than apply them a second time on top of the files.
+        repairing = self.server.member_state.repairing and self.checkpoint.applied_index > self.commit_log.committed_index
+        committed_end = self.checkpoint.confirm_phy_offset if repairing else self.commit_log.committed_end()
         min_physical = self.commit_log.min_physical_offset()
         queues = ConsumeQueueStore.open(config.store_dir, config.consume_queue_units_per_file, min_physical)
         dropped = queues.truncate_from_phys(committed_end + DLEDGER_HEADER_SIZE)
@@ -149,10 +157,9 @@ class MessageStore:
         if config.message_index_enable:
             self.index = IndexService.open(config.store_dir, config.index_hash_slots, config.index_items,
                                            committed_end=committed_end + DLEDGER_HEADER_SIZE)
-        self.checkpoint = StoreCheckpoint.load(self._checkpoint_path) or StoreCheckpoint()
-        self._check_entry_format(self.checkpoint)
         log_store = self.server.store
-        known = min(self.checkpoint.applied_index, self.commit_log.committed_index)
+        known = (self.checkpoint.applied_index if repairing
+                 else min(self.checkpoint.applied_index, self.commit_log.committed_index))
         resume = max(known, log_store.ledger_begin_index - 1)
         self.reput = ReputMessageService(self.server, queues, self.index, self.commit_log.min_physical_offset,
                                          resume, config.reput_batch_bytes, config.legacy_untagged_entries)

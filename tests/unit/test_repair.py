@@ -174,3 +174,46 @@ def test_vote_rules_for_identity_and_repair():
     fresh = replace(view, cluster_id="", joined=False, term=0)
     assert decide(fresh, "abc") == pb.REJECT_NOT_JOINED
     assert decide(fresh, "") == pb.ACCEPT                       # a new cluster's first election
+
+
+async def test_a_store_whose_log_was_cut_for_repair_does_not_apply_entries_twice(tmp_path):
+    from tests.unit.store_harness import StoreCluster, message
+    cluster = StoreCluster(str(tmp_path), checkpoint_interval_s=3600.0)
+    await cluster.start()
+    try:
+        await cluster.create_topic("T", queues=1)
+        leader = await cluster.wait_leader()
+        for i in range(5):
+            await cluster.stores[leader].put_messages([message("T", b"m%d" % i)])
+        await cluster.wait_applied()
+        victim = next(n for n in cluster.servers if n != leader)
+        store = cluster.stores[victim]
+        await store.persist_configs(force=True)
+        await store.flush()
+        applied = store.checkpoint.applied_index
+        assert applied >= 0
+        log_store = cluster.servers[victim].store
+        log_store.write_checkpoint()
+        damaged = body_byte(cluster, victim, log_store.ledger_end_index)
+        await cluster.stop(victim)
+        flip(*damaged)
+        applied_at_start: list[int] = []
+        real_start = type(cluster.stores[leader]).start
+
+        async def recording_start(self):  # noqa: ANN001
+            await real_start(self)
+            applied_at_start.append(self.applied_index)
+
+        type(cluster.stores[leader]).start = recording_start
+        try:
+            await cluster.start(victim)
+        finally:
+            type(cluster.stores[leader]).start = real_start
+        assert cluster.servers[victim].member_state.repairing or cluster.servers[victim].repairs == 1
+        assert applied_at_start == [applied]          # resumes after what it applied, not from the cut
+        await cluster.stores[leader].put_messages([message("T", b"after")])
+        await cluster.wait_applied(timeout=15)
+        bodies = {n: [m.body for m in s.get_messages("T", 0, 0, 100).messages] for n, s in cluster.stores.items()}
+        assert bodies[victim] == bodies[leader] == [b"m0", b"m1", b"m2", b"m3", b"m4", b"after"]
+    finally:
+        await cluster.stop()
