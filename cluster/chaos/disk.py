@@ -83,9 +83,9 @@ def tear_tail(base: Path, failpoints_dir: Path, rng: random.Random) -> TornTail 
     """After SIGKILL: cut the data at a random point between the fsynced end
     and the written end, write garbage there, drop later segments."""
     flushed = failpoints.read_recorded(str(failpoints_dir), failpoints.FLUSHED_POSITION)
-    if flushed is None or flushed <= 0:
-        return None
     directory = base / "data"
+    if flushed is None or flushed <= 0 or not _segments(directory):
+        return None   # nothing written yet (a node that just lost its disk, say)
     path, at = _file_for(directory, flushed)
     if not path.exists():
         return None
@@ -122,8 +122,10 @@ def _written_after(path: Path, at: int) -> int:
     return walked - at
 
 
-def wipe(data_dir: Path, node: str) -> None:
+def wipe(data_dir: Path, node: str, failpoints_dir: Path) -> None:
     shutil.rmtree(data_dir / node, ignore_errors=True)
+    # What the node recorded about its old files no longer holds.
+    (failpoints_dir / failpoints.FLUSHED_POSITION).unlink(missing_ok=True)
 
 
 # -------------------------------------------------------------------- checks

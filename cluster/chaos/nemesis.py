@@ -184,7 +184,7 @@ class Nemesis:
     async def wipe_disk(self, rng: random.Random) -> ActiveFault:
         node = rng.choice(self._running())
         self.cluster.kill(node)
-        disk.wipe(self.cluster.base, node)
+        disk.wipe(self.cluster.base, node, self.cluster.failpoints_dir(node))
         return self._restart_at_heal(WIPE_DISK, node, "its data directory is empty when it restarts")
 
     def _restart_at_heal(self, kind: str, node: str, detail: str) -> ActiveFault:
