@@ -376,7 +376,26 @@ class DLedgerServer:
         if index > committed:
             raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
                                f"index {index} is above the committed index {committed}")
-        return store.get(index)
+        try:
+            return store.get(index)
+        except CorruptLogError as error:
+            raise self._damage_found_by_read(index, error) from None
+
+    def _damage_found_by_read(self, start: int, error: CorruptLogError) -> DLedgerError:
+        """A read met a damaged committed entry: find it, repair (as the
+        scrubber would have), and answer that this node cannot serve it now."""
+        store, index, damaged = self.store, start, -1
+        limit = min(self.member_state.committed_index, store.ledger_end_index)
+        try:
+            while damaged < 0 and index <= limit:
+                index, damaged = store.find_damage(index, 4 << 20)
+        except (CorruptLogError, DLedgerError):
+            damaged = index
+        if damaged >= 0:
+            self.repair_damage(damaged)
+        return DLedgerError(ResponseCode.CORRUPT_LOG,
+                            f"{self.config.self_id} holds a damaged entry ({error.message}); it is repairing its "
+                            f"log from the leader: read from another node, or again once it is repaired")
 
     async def handle_read(self, request: pb.ReadRequest) -> AsyncIterator[pb.ReadResponse]:
         """Committed entries of this node's own log, in batches."""
@@ -404,7 +423,10 @@ class DLedgerServer:
                             include_system: bool, confirmed: bool) -> AsyncIterator[pb.ReadResponse]:
         index = start
         while index <= end:
-            entries = self.store.read_entries(index, end, batch_bytes)
+            try:
+                entries = self.store.read_entries(index, end, batch_bytes)
+            except CorruptLogError as error:
+                raise self._damage_found_by_read(index, error) from None
             if not entries:
                 break
             index = entries[-1].index + 1

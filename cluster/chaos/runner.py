@@ -44,7 +44,7 @@ from cluster.chaos.schedule import ALL_KINDS, CRASH_WRITE, KILL_LEADER, Schedule
 from cluster.chaos.workload import LogWorkloadConfig, Workload, make_workload
 from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
-from dledger.errors import DLedgerError
+from dledger.errors import DLedgerError, ResponseCode
 
 log = logging.getLogger(__name__)
 
@@ -229,11 +229,20 @@ async def wait_repaired(admin: DLedgerClient, cluster: ProcessCluster, nodes: li
     return repairing
 
 
-async def read_log(admin: DLedgerClient, node: str) -> list[LogEntry]:
+async def read_log(admin: DLedgerClient, node: str, attempts: int = 40) -> list[LogEntry]:
     """Node `node`'s whole committed log, the log's own entries included (so
-    that holes and differences in NOOPs and producer marks show too)."""
-    return [LogEntry(e.index, e.term, e.body, e.chain_crc, e.magic)
-            async for e in admin.read(from_id=node, include_system=True)]
+    that holes and differences in NOOPs and producer marks show too). A node
+    whose read meets a damaged entry repairs itself: read again once it has."""
+    for attempt in range(attempts):
+        try:
+            return [LogEntry(e.index, e.term, e.body, e.chain_crc, e.magic)
+                    async for e in admin.read(from_id=node, include_system=True)]
+        except DLedgerError as error:
+            if error.code is not ResponseCode.CORRUPT_LOG or attempt == attempts - 1:
+                raise
+            log.info("%s is repairing a damaged entry its log read met; reading again", node)
+            await asyncio.sleep(0.5)
+    raise AssertionError("unreachable")
 
 
 # ------------------------------------------------------------------ output

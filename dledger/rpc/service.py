@@ -71,5 +71,10 @@ class DLedgerServicer(dledger_pb2_grpc.DLedgerServiceServicer):
             yield fill_header(pb.ReadResponse(), self._ms, requester, e.code, e.message, e.leader_id,
                               e.leader_address)
             return
-        async for batch in batches:
-            yield fill_header(batch, self._ms, requester, 200, "")
+        try:
+            async for batch in batches:
+                yield fill_header(batch, self._ms, requester, 200, "")
+        except DLedgerError as e:   # met while streaming (a damaged entry, say)
+            REJECTS.note("Read", e)
+            yield fill_header(pb.ReadResponse(), self._ms, requester, e.code, e.message, e.leader_id,
+                              e.leader_address)

@@ -217,3 +217,31 @@ async def test_a_store_whose_log_was_cut_for_repair_does_not_apply_entries_twice
         assert bodies[victim] == bodies[leader] == [b"m0", b"m1", b"m2", b"m3", b"m4", b"after"]
     finally:
         await cluster.stop()
+
+
+@pytest.fixture
+async def unscrubbed(tmp_path):
+    c = Cluster(str(tmp_path), scrub_bytes_per_s=0)   # the read, not the scrubber, must find it
+    await c.start()
+    yield c
+    await c.stop()
+
+
+async def test_a_read_that_meets_a_damaged_entry_answers_corrupt_log_and_starts_the_repair(unscrubbed: Cluster):
+    cluster = unscrubbed
+    leader = await cluster.wait_leader()
+    for i in range(10):
+        await cluster.servers[leader].append([b"e%d" % i])
+    await cluster.wait_converged()
+    victim = next(n for n in cluster.servers if n != leader)
+    flip_body_byte(cluster, victim, 3)
+    server = cluster.servers[victim]
+    with pytest.raises(DLedgerError) as refused:
+        batches = await server.handle_read(pb.ReadRequest(start_index=-1, end_index=-1))
+        _ = [b async for b in batches]
+    assert refused.value.code is ResponseCode.CORRUPT_LOG and "repairing" in refused.value.message
+    assert server.repairs == 1
+    await cluster.servers[leader].append([b"more"])
+    await eventually(lambda: not server.member_state.repairing, what="the repair completes")
+    await cluster.wait_converged()
+    assert cluster.log_of(victim) == cluster.log_of(leader)
