@@ -167,9 +167,18 @@ async def _converge(options: ChaosOptions, cluster: ProcessCluster, admin: DLedg
         state.unconverged = await wait_committed(admin, cluster, alive, barrier, options.convergence_timeout_s)
         state.still_repairing = await wait_repaired(admin, cluster, alive, options.convergence_timeout_s)
     state.crashed.update(cluster.exited())
-    for node in alive:
-        if node in state.crashed:
-            continue
+    await _read_logs(admin, [n for n in alive if n not in state.crashed], state)
+    # A read that met a damaged entry started a repair: let it finish, and
+    # read those nodes again (a repairing node's log is cut short).
+    repaired = [n for n in state.logs
+                if (meta := await admin.metadata(cluster.addresses[n])) is not None and meta.repairing]
+    if repaired:
+        state.still_repairing = await wait_repaired(admin, cluster, repaired, options.convergence_timeout_s)
+        await _read_logs(admin, repaired, state)
+
+
+async def _read_logs(admin: DLedgerClient, nodes: list[str], state: RunState) -> None:
+    for node in nodes:
         try:
             state.logs[node] = await read_log(admin, node)
         except DLedgerError as error:
