@@ -175,6 +175,10 @@ async def _converge(options: ChaosOptions, cluster: ProcessCluster, admin: DLedg
     if repaired:
         state.still_repairing = await wait_repaired(admin, cluster, repaired, options.convergence_timeout_s)
         await _read_logs(admin, repaired, state)
+    if options.workload == "broker" and not state.unconverged:
+        # A clean stop writes every node's derived state to its files.
+        cluster.stop_all()
+        state.node_states = {node: digest_node(cluster.base / node) for node in state.logs}
 
 
 async def _read_logs(admin: DLedgerClient, nodes: list[str], state: RunState) -> None:
@@ -184,10 +188,6 @@ async def _read_logs(admin: DLedgerClient, nodes: list[str], state: RunState) ->
         except DLedgerError as error:
             log.error("cannot read the committed log of %s: %s", node, error)
             state.unreadable.append(node)
-    if options.workload == "broker" and not state.unconverged:
-        # A clean stop writes every node's derived state to its files.
-        cluster.stop_all()
-        state.node_states = {node: digest_node(cluster.base / node) for node in state.logs}
 
 
 async def wait_quiet(admin: DLedgerClient, cluster: ProcessCluster, nodes: list[str], timeout_s: float,
