@@ -64,11 +64,15 @@ def patch_bytes(path: Path, offset: int, data: bytes) -> None:
         f.write(data)
 
 
-def flip_body_byte(store: DLedgerFileStore, pos: int) -> None:
+def flip_body_byte(store: DLedgerFileStore, pos: int, image: Path | None = None, bit: int = 0x40) -> None:
+    """Flip a body bit of the entry at `pos`: in the store's own files, or in
+    a crash image of them (see crash_image)."""
     path = data_path(store, pos)
+    if image is not None:
+        path = Path(image, os.path.basename(store.base_dir), "data", path.name)
     at = pos % DATA_FILE_SIZE + HEADER_SIZE + 3
     original = path.read_bytes()[at]
-    patch_bytes(path, at, bytes([original ^ 0x40]))
+    patch_bytes(path, at, bytes([original ^ bit]))
 
 
 def tree_digest(store: DLedgerFileStore) -> str:
@@ -255,9 +259,7 @@ def test_a_damaged_committed_entry_is_cut_for_repair_when_allowed(tmp_path: Path
     pos = store.position_of(19)
     crashed = crash_image(store, tmp_path / "crash")
     store.close()
-    path = Path(crashed, "dledger-n0", "data", data_path(store, pos).name)
-    at = pos % DATA_FILE_SIZE + HEADER_SIZE + 3
-    patch_bytes(path, at, bytes([path.read_bytes()[at] ^ 0x40]))
+    flip_body_byte(store, pos, image=crashed, bit=0x40)
     reopened = open_store(crashed)
     assert reopened.damaged_from == 19 and reopened.ledger_end_index == 18
     assert reopened.acknowledged_end == 24     # every entry it had appended, damaged or not
@@ -859,9 +861,7 @@ def test_a_flipped_byte_past_the_checkpoint_with_entries_after_it_is_damage_not_
     pos = store.position_of(14)
     crashed = crash_image(store, tmp_path / "crash")
     store.close()
-    path = Path(crashed, "dledger-n0", "data", data_path(store, pos).name)
-    at = pos % DATA_FILE_SIZE + HEADER_SIZE + 3
-    patch_bytes(path, at, bytes([path.read_bytes()[at] ^ 0x04]))
+    flip_body_byte(store, pos, image=crashed, bit=0x04)
     reopened = open_store(crashed)
     assert reopened.damaged_from == 14 and reopened.acknowledged_end == 19 and reopened.ledger_end_index == 13
     reopened.close()
