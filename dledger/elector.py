@@ -335,7 +335,7 @@ class DLedgerLeaderElector:
                          ledger_end_index=store.ledger_end_index, leader_alive=ms.leader_is_alive(),
                          taking_leadership=ms.term_to_take_leadership == ms.term + 1,
                          cluster_id=ms.cluster_id, joined=ms.joined, repairing=ms.repairing,
-                         voter=self.is_voter)
+                         repair_floor=ms.repair_floor, voter=self.is_voter)
         header = request.header
         decision = decide_vote(view, header.local_id, header.term, request.ledger_end_term,
                                request.ledger_end_index, request.pre_vote, request.leadership_transfer,
@@ -348,8 +348,11 @@ class DLedgerLeaderElector:
             ms.touch_leader()
             self.next_vote_at = self.clock.now() + self._election_timeout()
         if decision.result != pb.ACCEPT or not request.pre_vote:
-            log.info("%svote for %s in term %d: %s", "pre-" if request.pre_vote else "",
-                     header.local_id, header.term, decision.reason)
+            # A repairing voter says what it judged by (the chaos checks read it).
+            floor = (f" (repairing: candidate log ({request.ledger_end_term}, {request.ledger_end_index}),"
+                     f" repair floor {view.repair_floor})" if view.repairing else "")
+            log.info("%svote for %s in term %d: %s%s", "pre-" if request.pre_vote else "",
+                     header.local_id, header.term, decision.reason, floor)
         return pb.VoteResponse(header=pb.Header(code=ResponseCode.SUCCESS), result=decision.result,
                                ledger_end_index=store.ledger_end_index, ledger_end_term=store.ledger_end_term)
 
