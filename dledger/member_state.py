@@ -77,7 +77,12 @@ class MemberState:
         self.repair_until = -1
         self.repair_term = -1
         # Started without a currterm: this node may have lost votes it gave.
+        # Persisted (lostState) until it has joined and caught up, so that a
+        # restart in between does not make it a voter of its own.
         self.lost_state = False
+        # A peer named a cluster identity while this node had none: a node
+        # that lost its state must then join that cluster, not found one.
+        self.cluster_seen = False
         # Where clients reach a node; the server replaces it with one that
         # knows the members added since start-up (dledger/membership.py).
         self.client_address_of: Callable[[str], str] = config.client_address_of
@@ -96,6 +101,7 @@ class MemberState:
         self.cluster_id = values.get("clusterId", "")
         self.repair_until = int(values.get("repairUntil", "-1") or -1)
         self.repair_term = int(values.get("repairTerm", "-1") or -1)
+        self.lost_state = values.get("lostState", "") == "true"
         log.info("loaded term %d vote %r cluster %r%s", self.term, self.vote_for, self.cluster_id,
                  f", repairing up to {self.repair_until}" if self.repairing else "")
 
@@ -122,6 +128,8 @@ class MemberState:
         if self.cluster_id or not cluster_id:
             return
         repair_until = max(self.repair_until, leader_committed) if self.lost_state else self.repair_until
+        if repair_until < 0:
+            self.lost_state = False   # nothing committed to catch up with: it is whole
         self._persist(self.term, self.vote_for, cluster_id=cluster_id, repair_until=repair_until)
         log.info("joined cluster %s%s", cluster_id,
                  f"; a non-voter until it holds entries up to {repair_until}" if repair_until >= 0 else "")
@@ -129,6 +137,7 @@ class MemberState:
     def found_cluster(self) -> None:
         """The first leader of a cluster without an identity gives it one."""
         if not self.cluster_id:
+            self.lost_state = False   # a fresh cluster's first leader: nothing was lost
             self._persist(self.term, self.vote_for, cluster_id=uuid.uuid4().hex)
             log.info("cluster identity %s created", self.cluster_id)
 
@@ -141,7 +150,16 @@ class MemberState:
         self._persist(self.term, self.vote_for, repair_until=max(until, self.repair_until, 0), repair_term=term)
 
     def finish_repair(self) -> None:
+        self.lost_state = False   # joined (a repair starts only once it has) and caught up
         self._persist(self.term, self.vote_for, repair_until=-1, repair_term=-1)
+
+    def see_cluster(self, cluster_id: str) -> None:
+        """A peer's message named a cluster identity."""
+        if cluster_id and not self.cluster_id and not self.cluster_seen:
+            self.cluster_seen = True
+            if self.lost_state:
+                log.info("a peer belongs to cluster %s: this node lost its state, so it waits for that "
+                         "cluster's leader to join it (it neither campaigns nor votes until then)", cluster_id)
 
     def _persist(self, term: int, vote_for: str, cluster_id: str | None = None,
                  repair_until: int | None = None, repair_term: int | None = None) -> None:
@@ -155,6 +173,8 @@ class MemberState:
             values["repairUntil"] = str(repair_until)
             if repair_term >= 0:
                 values["repairTerm"] = str(repair_term)
+        if self.lost_state:
+            values["lostState"] = "true"
         try:
             write_properties(self._path, values)
         except OSError as error:

@@ -28,6 +28,7 @@ class VoterView:
     taking_leadership: bool    # this node is itself taking over by transfer
     cluster_id: str = ""       # the cluster's identity as this node knows it
     joined: bool = True        # False: lost its state and has not learned the identity yet
+    cluster_seen: bool = False  # a peer named an identity while this node had none
     repairing: bool = False    # repairing its log (member_state.py)
     # While repairing: the (term, index) of the log it had before the cut; a
     # candidate must reach it. None while repairing: it grants no vote.
@@ -70,7 +71,11 @@ def decide_vote(view: VoterView, candidate_id: str, term: int, ledger_end_term: 
     # no vote (membership.py); nor do they adopt the term.
     if not view.voter:
         return VoteDecision(pb.REJECT_NOT_VOTER)
-    if not view.joined and candidate_cluster_id:
+    # A node that lost its state votes in a fresh cluster's first election
+    # only: not once any node (the candidate or another peer) has named the
+    # identity of a cluster that exists. Two wiped nodes of three would
+    # otherwise found a second cluster beside the first.
+    if not view.joined and (candidate_cluster_id or view.cluster_seen):
         return VoteDecision(pb.REJECT_NOT_JOINED)
     if term < view.term:
         return VoteDecision(pb.REJECT_EXPIRED_VOTE_TERM)

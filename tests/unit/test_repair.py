@@ -235,6 +235,42 @@ async def test_repairing_nodes_do_not_elect_a_node_that_lacks_what_they_had(tmp_
         await cluster.stop()
 
 
+async def test_two_wiped_nodes_do_not_found_a_second_cluster_beside_the_first(tmp_path):
+    """Two of three disks wiped while the third node, which holds the cluster's
+    identity, cannot lead (it repairs). Judged alone, the two empty nodes look
+    like a fresh cluster; the third's vote answers name the identity, so they
+    neither campaign nor vote for each other, even after a restart."""
+    cluster = Cluster(str(tmp_path))
+    await cluster.start()
+    try:
+        keeper = await cluster.wait_leader()
+        for i in range(5):
+            await cluster.servers[keeper].append([b"e%d" % i])
+        await cluster.wait_converged()
+        identity = cluster.servers[keeper].member_state.cluster_id
+        wiped = [n for n in cluster.servers if n != keeper]
+        for node in wiped:
+            await cluster.stop(node)
+            shutil.rmtree(os.path.join(tmp_path, node))
+        ms = cluster.servers[keeper].member_state
+        ms.start_repair(10**9, ms.term)     # it cannot lead now
+        ms.change_to_candidate()
+        for node in wiped:
+            await cluster.start(node)
+        await asyncio.sleep(2.5)            # many election timeouts
+        for node in wiped:
+            await cluster.stop(node)        # a restart before joining keeps it a non-voter
+            await cluster.start(node)
+        await asyncio.sleep(2.5)
+        assert not any(s.member_state.is_leader for s in cluster.servers.values()), cluster.describe()
+        for node in wiped:
+            state = cluster.servers[node].member_state
+            assert state.cluster_id == "" and state.lost_state and state.cluster_seen
+        assert ms.cluster_id == identity
+    finally:
+        await cluster.stop()
+
+
 def test_a_repairing_voter_judges_by_its_repair_floor():
     from dataclasses import replace
     view = VoterView(self_id="n1", peer_ids=frozenset({"n0", "n1", "n2"}), term=7, vote_for="", ledger_end_term=2,
