@@ -21,6 +21,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from broker.admin_service import add_admin_service
+from broker.operations_service import add_operations_service
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.service import MessagingServicer
@@ -121,6 +122,7 @@ class Node:
         await self.broker.start()
         messaging_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.broker), self.grpc_server)
         add_admin_service(self.broker, self.grpc_server)
+        add_operations_service(self.broker, self.grpc_server)
         await self.grpc_server.start()
         if config.metrics_address:
             self._serve_metrics(config.metrics_address)
