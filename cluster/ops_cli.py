@@ -13,7 +13,8 @@ queryMsgById, queryMsgByOffset, consumerProgress, resetOffsetByTime):
     dledger dlq resend     --servers ... --group G --id ID
 
 TIME is ms since the epoch, an ISO 8601 time (UTC unless it says otherwise:
-2026-11-25T18:00:00Z), `now`, or a time ago such as -10m, -2h, -1d.
+2026-11-25T18:00:00Z), `now`, or a time ago such as -10m, -2h, -1d
+(written `--begin=-10m`: argparse reads a bare -10m as an option).
 Queries are answered by the first reachable node of --servers, a follower
 as well as the leader; changes go to the leader. `--json` prints one JSON
 document; exit codes as for the other commands (0, 1 a failure, 2 usage).
