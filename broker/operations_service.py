@@ -34,6 +34,7 @@ def add_operations_service(broker: Broker, server: grpc.aio.Server) -> None:
 class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
     def __init__(self, broker: Broker) -> None:
         self.operations = Operations(broker.store, broker.topics, broker.consumer)
+        self.store = broker.store
         self.forwarder = broker.forwarder
 
     async def _local(self, request: Any, response_type: type[Response], handler: Handler) -> Response:
@@ -121,6 +122,16 @@ class OperationsServicer(operations_pb2_grpc.OperationsServiceServicer):
                 opb.QueueReset(queue_id=q.queue_id, previous_offset=q.previous_offset, offset=q.offset)
                 for q in resets])
         return await self._on_leader("ResetOffset", request, context, opb.ResetOffsetResponse, reset)
+
+    async def DescribeStore(self, request: opb.DescribeStoreRequest, context: grpc.aio.ServicerContext
+                            ) -> opb.DescribeStoreResponse:
+        async def describe(r: opb.DescribeStoreRequest) -> opb.DescribeStoreResponse:
+            store = self.store
+            return opb.DescribeStoreResponse(
+                status=ok(), self_id=store.server.config.self_id, applied_index=store.applied_index,
+                committed_index=store.commit_log.committed_index, topics=len(store.topics.topics),
+                groups=len(store.groups.groups))
+        return await self._local(request, opb.DescribeStoreResponse, describe)
 
 
 def reset_target(request: opb.ResetOffsetRequest) -> ResetTarget:

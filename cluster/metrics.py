@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cluster.console.backend import Target
+from cluster.console.server import ConsoleHttpServer, start_console_server, stop_console_server
 from dledger.status import NodeStatus
 
 log = logging.getLogger(__name__)
@@ -159,14 +161,22 @@ class NodeMetrics:
              loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.registry.register(StatusCollector(status, self.group, self.self_id, loop))
 
-    def serve(self, address: str) -> None:
-        """Serve /metrics on `address` (host:port) from a daemon thread."""
+    def serve(self, address: str, console: Target | None = None) -> None:
+        """Serve /metrics on `address` (host:port) from a daemon thread, and
+        with `console` (the node's own client address) the web console."""
+        if console is not None:
+            self._http = start_console_server(address, console, self.registry)
+            return
         host, _, port = address.rpartition(":")
         self._http = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
 
     def close(self) -> None:
         if self._http is not None:
             server, thread = self._http
+            if isinstance(server, ConsoleHttpServer):
+                stop_console_server(server, thread)
+                self._http = None
+                return
             server.shutdown()  # type: ignore[attr-defined]
             server.server_close()  # type: ignore[attr-defined]
             thread.join(timeout=2.0)

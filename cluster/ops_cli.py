@@ -11,6 +11,7 @@ queryMsgById, queryMsgByOffset, consumerProgress, resetOffsetByTime):
                            | --queue Q --offset O)
     dledger dlq list       --servers ... --group G [--max N] [--before OFFSET]
     dledger dlq resend     --servers ... --group G --id ID
+    dledger console        --servers ... [--listen HOST:PORT] [--group DLEDGER_GROUP]
 
 TIME is ms since the epoch, an ISO 8601 time (UTC unless it says otherwise:
 2026-11-25T18:00:00Z), `now`, or a time ago such as -10m, -2h, -1d
@@ -189,6 +190,25 @@ async def cmd_dlq_resend(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_console(args: argparse.Namespace) -> int:
+    """The web console in the foreground (every node also serves it on its metrics port)."""
+    import asyncio
+
+    from cluster.console.backend import Target
+    from cluster.console.server import start_console_server, stop_console_server
+
+    server, thread = start_console_server(args.listen, Target(tuple(args.servers), args.dledger_group))
+    host, port = server.server_address[:2]
+    line = {"console": f"http://{host}:{port}/console/"}
+    print(dumps(line) if args.json else f"console on http://{host}:{port}/console/ (Ctrl-C stops it)", flush=True)
+    try:
+        while thread.is_alive():
+            await asyncio.sleep(1.0)
+    finally:
+        stop_console_server(server, thread)
+    return 0
+
+
 # ------------------------------------------------------------------ parser
 
 def _time(text: str) -> int:
@@ -248,6 +268,15 @@ def add_commands(commands: Any, make: ParserFactory) -> None:
                  "dlq resend")
     again.add_argument("--group", required=True)
     again.add_argument("--id", required=True, help="the dead letter's offset message id or message id")
+    add_console_command(commands, make)
+
+
+def add_console_command(commands: Any, make: ParserFactory) -> None:
+    console = make(commands, "console", "serve the web console for a cluster (nodes serve it on their metrics "
+                   "port too)", cmd_console, "console")
+    console.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
+                         help="where to serve it (default 127.0.0.1:8080; port 0 picks a free one)")
+    console.add_argument("--group", dest="dledger_group", default="default", help="the DLedger group")
 
 
 def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

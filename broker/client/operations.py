@@ -123,18 +123,18 @@ class OperationsClient:
                            group: str = "") -> list[MessageView]:
         request = opb.QueryMessageByKeyRequest(topic=topic, key=key, begin_ms=begin_ms, end_ms=end_ms,
                                                max=max_results, group=group)
-        return _views(await self._query("QueryMessageByKey", request, f"query {topic!r} by key {key!r}"))
+        return views_of(await self._query("QueryMessageByKey", request, f"query {topic!r} by key {key!r}"))
 
     async def query_by_id(self, message_id: str, topic: str = "", group: str = "") -> list[MessageView]:
         request = opb.QueryMessageByIdRequest(message_id=message_id, topic=topic, group=group)
-        return _views(await self._query("QueryMessageById", request, f"query message {message_id!r}"))
+        return views_of(await self._query("QueryMessageById", request, f"query message {message_id!r}"))
 
     async def query_by_offset(self, topic: str, queue_id: int, offset: int, count: int = 1,
                               group: str = "") -> tuple[list[MessageView], int]:
         request = opb.QueryMessageByOffsetRequest(topic=topic, queue_id=queue_id, offset=offset, count=count,
                                                   group=group)
         answer = await self._query("QueryMessageByOffset", request, f"query {topic}/{queue_id}@{offset}")
-        return _views(answer), answer.next_offset
+        return views_of(answer), answer.next_offset
 
     async def query_by_time(self, topic: str, queue_id: int, timestamp_ms: int, count: int = 1,
                             group: str = "") -> tuple[list[MessageView], int]:
@@ -142,7 +142,7 @@ class OperationsClient:
         request = opb.QueryMessageByOffsetRequest(topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms,
                                                   count=count, group=group)
         answer = await self._query("QueryMessageByOffset", request, f"query {topic}/{queue_id} at {timestamp_ms}")
-        return _views(answer), answer.next_offset
+        return views_of(answer), answer.next_offset
 
     async def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset stored at or after `timestamp_ms` (the queue's end when none)."""
@@ -153,18 +153,18 @@ class OperationsClient:
                            ) -> tuple[list[MessageView], int]:
         request = opb.ListDeadLettersRequest(group=group, max=max_results, before_offset=before_offset)
         answer = await self._query("ListDeadLetters", request, f"dead letters of {group!r}")
-        return _views(answer), answer.next_offset
+        return views_of(answer), answer.next_offset
 
     # ----------------------------------------------------------- on the leader
     async def resend(self, message_id: str, group: str, topic: str = "") -> MessageView:
         request = opb.ResendMessageRequest(message_id=message_id, topic=topic, group=group)
         answer = await self._call("ResendMessage", request, f"resend {message_id} to {group!r}")
-        return _view(answer.message)
+        return view_of(answer.message)
 
     async def resend_dead_letter(self, group: str, message_id: str) -> MessageView:
         request = opb.ResendDeadLetterRequest(group=group, message_id=message_id)
         answer = await self._call("ResendDeadLetter", request, f"resend dead letter {message_id} to {group!r}")
-        return _view(answer.message)
+        return view_of(answer.message)
 
     async def group_progress(self, group: str, topic: str = "") -> GroupProgress:
         answer = await self._call("GroupProgress", opb.GroupProgressRequest(group=group, topic=topic),
@@ -224,11 +224,11 @@ class OperationsClient:
         return await connection.call(what, attempt)
 
 
-def _views(answer: opb.QueryMessagesResponse) -> list[MessageView]:
-    return [_view(m) for m in answer.messages]
+def views_of(answer: opb.QueryMessagesResponse) -> list[MessageView]:
+    return [view_of(m) for m in answer.messages]
 
 
-def _view(m: opb.MessageView) -> MessageView:
+def view_of(m: opb.MessageView) -> MessageView:
     delivery = None
     if m.HasField("delivery"):
         delivery = Delivery(m.delivery.group, STATE_NAMES.get(m.delivery.state, "unknown"), m.delivery.attempts,

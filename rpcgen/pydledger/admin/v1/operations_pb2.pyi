@@ -276,3 +276,23 @@ class ResendDeadLetterRequest(_message.Message):
     group: str
     message_id: str
     def __init__(self, group: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class DescribeStoreRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeStoreResponse(_message.Message):
+    __slots__ = ("status", "self_id", "applied_index", "committed_index", "topics", "groups")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SELF_ID_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    status: _definition_pb2.Status
+    self_id: str
+    applied_index: int
+    committed_index: int
+    topics: int
+    groups: int
+    def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., self_id: _Optional[str] = ..., applied_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., topics: _Optional[int] = ..., groups: _Optional[int] = ...) -> None: ...

@@ -74,6 +74,11 @@ class OperationsServiceStub:
                 request_serializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_operations__pb2.ResendDeadLetterRequest.SerializeToString,
                 response_deserializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_operations__pb2.ResendMessageResponse.FromString,
                 _registered_method=True)
+        self.DescribeStore = channel.unary_unary(
+                '/pydledger.admin.v1.OperationsService/DescribeStore',
+                request_serializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_operations__pb2.DescribeStoreRequest.SerializeToString,
+                response_deserializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_operations__pb2.DescribeStoreResponse.FromString,
+                _registered_method=True)
 
 
 class OperationsServiceServicer:
@@ -138,6 +143,13 @@ class OperationsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeStore(self, request, context):
+        """This node's message store: how far it has applied the committed log.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperationsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -180,6 +192,11 @@ def add_OperationsServiceServicer_to_server(servicer, server):
                     servicer.ResendDeadLetter,
                     request_deserializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_operations__pb2.ResendDeadLetterRequest.FromString,
                     response_serializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_operations__pb2.ResendMessageResponse.SerializeToString,
+            ),
+            'DescribeStore': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeStore,
+                    request_deserializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_operations__pb2.DescribeStoreRequest.FromString,
+                    response_serializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_operations__pb2.DescribeStoreResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -398,6 +415,33 @@ class OperationsService:
             '/pydledger.admin.v1.OperationsService/ResendDeadLetter',
             rpcgen_dot_pydledger_dot_admin_dot_v1_dot_operations__pb2.ResendDeadLetterRequest.SerializeToString,
             rpcgen_dot_pydledger_dot_admin_dot_v1_dot_operations__pb2.ResendMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeStore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pydledger.admin.v1.OperationsService/DescribeStore',
+            rpcgen_dot_pydledger_dot_admin_dot_v1_dot_operations__pb2.DescribeStoreRequest.SerializeToString,
+            rpcgen_dot_pydledger_dot_admin_dot_v1_dot_operations__pb2.DescribeStoreResponse.FromString,
             options,
             channel_credentials,
             insecure,
