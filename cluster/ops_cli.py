@@ -84,7 +84,8 @@ def message_text(m: MessageView) -> str:
     if m.delivery is not None:
         d = m.delivery
         lease = f", lease ends {iso(d.lease_deadline_ms)}" if d.lease_deadline_ms else ""
-        lines.append(f"  group {d.group}: {d.state.replace('_', ' ')}, attempts {d.attempts}{lease}")
+        attempt = f", attempt {d.attempts}" if d.attempts else ""
+        lines.append(f"  group {d.group}: {d.state.replace('_', ' ')}{attempt}{lease}")
     return "\n".join(lines)
 
 
