@@ -7,7 +7,7 @@ result:
              from the N committed messages (what every replica does)
   by_key     latency of QueryMessageByKey for a random message's unique key
              (p50, p99, max over --queries sequential calls)
-  by_shared_key  the same for a key that 100 messages share (--max 32 answered)
+  by_shared_key  the same for a key that N/10,000 messages share (32 answered)
   by_id      QueryMessageById with a client message id (every topic searched)
 
     python -m bench.query [--messages 100000] [--queries 500] [--corpus DIR]
