@@ -109,3 +109,27 @@ def test_an_action_needs_the_console_header_and_then_goes_through_the_log(cluste
     status, answer = _post(url, {"group": "Actors", "topic": "Acts", "queue": 0, "offset": 99},
                            {"X-Console-Action": "confirmed"})
     assert status == 400 and answer["code"] == "ILLEGAL_OFFSET"
+
+
+def test_dledger_console_serves_the_same_console_from_outside_the_nodes(cluster):
+    import os
+    import subprocess
+    import sys
+
+    from cluster.process_cluster import ROOT
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cluster.cli", "console", "--servers", servers(cluster), "--listen", "127.0.0.1:0",
+         "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        url = json.loads(process.stdout.readline())["console"]
+        status, body, _ = _get(url)
+        assert status == 200 and b"pydledger console" in body
+        view = json.loads(_get(url + "api/cluster")[1])
+        assert view["leader"] == asyncio.run(leader_of(cluster))
+        # No node registry here: /metrics belongs to the nodes.
+        assert _get(url.replace("/console/", "/metrics"))[0] == 404
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
