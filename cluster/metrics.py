@@ -161,14 +161,15 @@ class NodeMetrics:
              loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.registry.register(StatusCollector(status, self.group, self.self_id, loop))
 
-    def serve(self, address: str, console: Target | None = None) -> None:
-        """Serve /metrics on `address` (host:port) from a daemon thread, and
-        with `console` (the node's own client address) the web console."""
-        if console is not None:
-            self._http = start_console_server(address, console, self.registry)
-            return
+    def serve(self, address: str) -> None:
+        """Serve /metrics on `address` (host:port) from a daemon thread."""
         host, _, port = address.rpartition(":")
         self._http = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+
+    def serve_with_console(self, address: str, console: Target) -> None:
+        """`serve`, plus the web console on the same port (cluster/console/),
+        reading the cluster through `console` (the node's own client address)."""
+        self._http = start_console_server(address, console, self.registry)
 
     def close(self) -> None:
         if self._http is not None:

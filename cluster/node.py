@@ -21,7 +21,6 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from broker.admin_service import add_admin_service
-from broker.operations_service import add_operations_service
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.service import MessagingServicer
@@ -123,7 +122,6 @@ class Node:
         await self.broker.start()
         messaging_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.broker), self.grpc_server)
         add_admin_service(self.broker, self.grpc_server)
-        add_operations_service(self.broker, self.grpc_server)
         await self.grpc_server.start()
         if config.metrics_address:
             self._serve_metrics(config.metrics_address)
@@ -147,7 +145,7 @@ class Node:
         try:
             # The web console shares the port; it reads the cluster through this node's gRPC APIs.
             config = self.config
-            self.metrics.serve(address, Target((config.address_of(config.self_id),), config.group))
+            self.metrics.serve_with_console(address, Target((config.address_of(config.self_id),), config.group))
         except OSError as error:
             raise NodeStartError(f"cannot serve metrics on {address}: {error.strerror}") from None
 
