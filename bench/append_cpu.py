@@ -20,8 +20,13 @@ from dledger.client import DLedgerClient, parse_servers
 
 
 async def node_pids(servers: str) -> dict[str, int]:
+    """pid of each node, keyed "leader", "follower1", "follower2", ... (the
+    leader's CPU and a follower's differ several times over)."""
     async with DLedgerClient(parse_servers(servers)) as client:
-        return {row["id"]: row["pid"] for row in await client.cluster_status() if row["pid"]}
+        rows = sorted((row for row in await client.cluster_status() if row["pid"]),
+                      key=lambda row: (row["role"] != "LEADER", row["id"]))
+    names = ["leader" if row["role"] == "LEADER" else f"follower{i}" for i, row in enumerate(rows)]
+    return {name: row["pid"] for name, row in zip(names, rows)}
 
 
 async def main(servers: str, duration_s: float) -> None:
@@ -34,6 +39,9 @@ async def main(servers: str, duration_s: float) -> None:
         used = sum(after[n] - before[n] for n in after if n in before)
         line = result.to_json()
         line["node_cpu_us_per_entry"] = round(used / max(1, result.acked_entries) * 1e6, 1)
+        line["cpu_us_per_entry_by_node"] = {
+            name: round((after[name] - before[name]) / max(1, result.acked_entries) * 1e6, 1)
+            for name in after if name in before}
         print(json.dumps(line), flush=True)
 
 

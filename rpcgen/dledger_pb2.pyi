@@ -182,6 +182,26 @@ class PushEntryResponse(_message.Message):
     repairing: bool
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., type: _Optional[_Union[PushType, str]] = ..., index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., flushed_index: _Optional[int] = ..., conflict_term: _Optional[int] = ..., conflict_index: _Optional[int] = ..., ledger_begin_index: _Optional[int] = ..., repairing: _Optional[bool] = ...) -> None: ...
 
+class PeerStreamRequest(_message.Message):
+    __slots__ = ("id", "push", "heartbeat")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    push: PushEntryRequest
+    heartbeat: HeartBeatRequest
+    def __init__(self, id: _Optional[int] = ..., push: _Optional[_Union[PushEntryRequest, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartBeatRequest, _Mapping]] = ...) -> None: ...
+
+class PeerStreamResponse(_message.Message):
+    __slots__ = ("id", "push", "heartbeat")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    push: PushEntryResponse
+    heartbeat: HeartBeatResponse
+    def __init__(self, id: _Optional[int] = ..., push: _Optional[_Union[PushEntryResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartBeatResponse, _Mapping]] = ...) -> None: ...
+
 class LeadershipTransferRequest(_message.Message):
     __slots__ = ("header", "transferee_id", "take_leadership_ledger_index", "from_leader")
     HEADER_FIELD_NUMBER: _ClassVar[int]

@@ -49,6 +49,11 @@ class DLedgerServiceStub:
                 request_serializer=rpcgen_dot_dledger__pb2.PushEntryRequest.SerializeToString,
                 response_deserializer=rpcgen_dot_dledger__pb2.PushEntryResponse.FromString,
                 _registered_method=True)
+        self.PeerStream = channel.stream_stream(
+                '/dledger.v1.DLedgerService/PeerStream',
+                request_serializer=rpcgen_dot_dledger__pb2.PeerStreamRequest.SerializeToString,
+                response_deserializer=rpcgen_dot_dledger__pb2.PeerStreamResponse.FromString,
+                _registered_method=True)
         self.LeadershipTransfer = channel.unary_unary(
                 '/dledger.v1.DLedgerService/LeadershipTransfer',
                 request_serializer=rpcgen_dot_dledger__pb2.LeadershipTransferRequest.SerializeToString,
@@ -103,6 +108,12 @@ class DLedgerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Push(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PeerStream(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -169,6 +180,11 @@ def add_DLedgerServiceServicer_to_server(servicer, server):
                     servicer.Push,
                     request_deserializer=rpcgen_dot_dledger__pb2.PushEntryRequest.FromString,
                     response_serializer=rpcgen_dot_dledger__pb2.PushEntryResponse.SerializeToString,
+            ),
+            'PeerStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PeerStream,
+                    request_deserializer=rpcgen_dot_dledger__pb2.PeerStreamRequest.FromString,
+                    response_serializer=rpcgen_dot_dledger__pb2.PeerStreamResponse.SerializeToString,
             ),
             'LeadershipTransfer': grpc.unary_unary_rpc_method_handler(
                     servicer.LeadershipTransfer,
@@ -287,6 +303,33 @@ class DLedgerService:
             '/dledger.v1.DLedgerService/Push',
             rpcgen_dot_dledger__pb2.PushEntryRequest.SerializeToString,
             rpcgen_dot_dledger__pb2.PushEntryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PeerStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/dledger.v1.DLedgerService/PeerStream',
+            rpcgen_dot_dledger__pb2.PeerStreamRequest.SerializeToString,
+            rpcgen_dot_dledger__pb2.PeerStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

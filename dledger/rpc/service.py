@@ -8,6 +8,7 @@ import grpc
 
 from dledger.errors import DLedgerError
 from dledger.rpc.edge import REJECTS, answer, fill_header
+from dledger.rpc.peer_stream import serve_peer_stream
 from dledger.server import DLedgerServer
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
@@ -34,6 +35,11 @@ class DLedgerServicer(dledger_pb2_grpc.DLedgerServiceServicer):
     async def Push(self, request: pb.PushEntryRequest, context: grpc.aio.ServicerContext) -> pb.PushEntryResponse:
         return await answer("Push", self._ms, request, pb.PushEntryResponse,
                             lambda: self.server.handle_push(request))
+
+    async def PeerStream(self, request_iterator: AsyncIterator[pb.PeerStreamRequest],
+                         context: grpc.aio.ServicerContext) -> None:
+        # Requests are read with context.read(), so the iterator stays unused.
+        await serve_peer_stream(self.server, context)
 
     async def LeadershipTransfer(self, request: pb.LeadershipTransferRequest,
                                  context: grpc.aio.ServicerContext) -> pb.LeadershipTransferResponse:
