@@ -64,6 +64,11 @@ class DLedgerServiceStub:
                 request_serializer=rpcgen_dot_dledger__pb2.AppendRequest.SerializeToString,
                 response_deserializer=rpcgen_dot_dledger__pb2.AppendResponse.FromString,
                 _registered_method=True)
+        self.AppendStream = channel.stream_stream(
+                '/dledger.v1.DLedgerService/AppendStream',
+                request_serializer=rpcgen_dot_dledger__pb2.AppendStreamRequest.SerializeToString,
+                response_deserializer=rpcgen_dot_dledger__pb2.AppendStreamResponse.FromString,
+                _registered_method=True)
         self.Get = channel.unary_unary(
                 '/dledger.v1.DLedgerService/Get',
                 request_serializer=rpcgen_dot_dledger__pb2.GetRequest.SerializeToString,
@@ -132,6 +137,12 @@ class DLedgerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Get(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -195,6 +206,11 @@ def add_DLedgerServiceServicer_to_server(servicer, server):
                     servicer.Append,
                     request_deserializer=rpcgen_dot_dledger__pb2.AppendRequest.FromString,
                     response_serializer=rpcgen_dot_dledger__pb2.AppendResponse.SerializeToString,
+            ),
+            'AppendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendStream,
+                    request_deserializer=rpcgen_dot_dledger__pb2.AppendStreamRequest.FromString,
+                    response_serializer=rpcgen_dot_dledger__pb2.AppendStreamResponse.SerializeToString,
             ),
             'Get': grpc.unary_unary_rpc_method_handler(
                     servicer.Get,
@@ -384,6 +400,33 @@ class DLedgerService:
             '/dledger.v1.DLedgerService/Append',
             rpcgen_dot_dledger__pb2.AppendRequest.SerializeToString,
             rpcgen_dot_dledger__pb2.AppendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/dledger.v1.DLedgerService/AppendStream',
+            rpcgen_dot_dledger__pb2.AppendStreamRequest.SerializeToString,
+            rpcgen_dot_dledger__pb2.AppendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

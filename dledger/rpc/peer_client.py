@@ -11,7 +11,7 @@ import grpc
 
 from dledger.config import DLedgerConfig
 from dledger.rpc.channel import channel_options
-from dledger.rpc.peer_stream import PeerStream
+from dledger.rpc.request_stream import RequestStream, StreamFailure
 from dledger.transport import TransportError
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
@@ -35,7 +35,7 @@ class GrpcTransport:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, dledger_pb2_grpc.DLedgerServiceStub] = {}
         self._failing_since: dict[str, float] = {}
-        self._streams: dict[str, PeerStream] = {}
+        self._streams: dict[str, RequestStream[pb.PeerStreamRequest, pb.PeerStreamResponse]] = {}
         self._closing: set[asyncio.Task[None]] = set()
         for peer_id in self._addresses:
             self._open(peer_id)
@@ -65,17 +65,18 @@ class GrpcTransport:
                               timeout: float) -> pb.PeerStreamResponse:
         stream = self._streams.get(peer_id)
         if stream is None:
-            stream = self._streams[peer_id] = PeerStream(self._stub(peer_id), self._forget_stream(peer_id))
+            stream = self._streams[peer_id] = RequestStream(self._stub(peer_id).PeerStream(),
+                                                            self._forget_stream(peer_id))
         try:
             response = await stream.request(request, timeout)
-        except TransportError:
+        except StreamFailure as failure:
             self._note_failure(peer_id)
-            raise
+            raise TransportError(str(failure)) from None
         self._failing_since.pop(peer_id, None)
         return response
 
     def _forget_stream(self, peer_id: str):  # noqa: ANN202 - the stream's on_broken callback
-        def forget(stream: PeerStream) -> None:
+        def forget(stream: RequestStream) -> None:
             if self._streams.get(peer_id) is stream:
                 del self._streams[peer_id]
         return forget

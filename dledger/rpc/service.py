@@ -8,6 +8,7 @@ import grpc
 
 from dledger.errors import DLedgerError
 from dledger.rpc.edge import REJECTS, answer, fill_header
+from dledger.rpc.append_stream import serve_append_stream
 from dledger.rpc.peer_stream import serve_peer_stream
 from dledger.server import DLedgerServer
 from rpcgen import dledger_pb2 as pb
@@ -49,6 +50,10 @@ class DLedgerServicer(dledger_pb2_grpc.DLedgerServiceServicer):
     async def Append(self, request: pb.AppendRequest, context: grpc.aio.ServicerContext) -> pb.AppendResponse:
         return await answer("Append", self._ms, request, pb.AppendResponse,
                             lambda: self.server.handle_append(request))
+
+    async def AppendStream(self, request_iterator: AsyncIterator[pb.AppendStreamRequest],
+                           context: grpc.aio.ServicerContext) -> None:
+        await serve_append_stream(self.server, context)
 
     async def Get(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.GetResponse:
         return await answer("Get", self._ms, request, pb.GetResponse, lambda: self.server.handle_get(request))
