@@ -340,7 +340,8 @@ class DLedgerClient:
 
     async def _append_message(self, callers: list[list[bytes]]) -> pb.AppendStreamResponse:
         """One AppendStream message carrying these callers' bodies (retried as
-        one, with one sequence number); the answer has an outcome per caller."""
+        one, with one sequence number); the answer has an outcome per caller
+        (checked here, so that every caller is answered)."""
         sequence = self._next_sequence
         self._next_sequence += 1
         bodies = callers[0] if len(callers) == 1 else [body for bodies in callers for body in bodies]
@@ -365,7 +366,11 @@ class DLedgerClient:
                 code = ResponseCode.TIMEOUT if failure.timed_out else ResponseCode.NETWORK_ERROR
                 raise DLedgerError(code, f"append stream: {failure}") from None
 
-        return await self._on_leader(call, IDEMPOTENT_APPEND_RETRY if self.producer_id else APPEND_RETRY)
+        response = await self._on_leader(call, IDEMPOTENT_APPEND_RETRY if self.producer_id else APPEND_RETRY)
+        if len(response.outcomes) != len(callers):
+            raise DLedgerError(ResponseCode.INTERNAL_ERROR, f"the leader answered {len(response.outcomes)} "
+                               f"outcomes for {len(callers)} callers")
+        return response
 
     def _append_stream(self, stub: Stub) -> RequestStream[pb.AppendStreamRequest, pb.AppendStreamResponse]:
         """The open AppendStream to the server behind `stub` (opened on first use
