@@ -60,21 +60,21 @@ class RequestStream(Generic[Req, Resp]):
         finally:
             timer.cancel()
             self._pending.pop(request_id, None)
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._pending)
+            if future.done() and not future.cancelled():
+                future.exception()   # seen: a caller cancelled meanwhile must not leave it to be logged
 
     async def _write(self, message: Req) -> None:
+        """Write `message`; a failure closes the stream, which fails the
+        message's future (the caller learns it there)."""
         async with self._write_lock:
             if self.broken is not None:
-                raise self._failure()
+                return   # closed while this write waited: its future has failed already
             try:
                 await self._call.write(message)
             except grpc.aio.AioRpcError as e:
                 self.close(f"{e.code().name}: {e.details()}")
-            except asyncio.InvalidStateError:
-                self.close("the stream has ended")
+            except (asyncio.InvalidStateError, grpc.aio.BaseError) as e:
+                self.close(f"the stream has ended ({type(e).__name__})")
             except asyncio.CancelledError:
                 # A write cut short may leave half a message on the stream.
                 self.close("a write was cancelled")
@@ -96,6 +96,10 @@ class RequestStream(Generic[Req, Resp]):
                     future.set_result(response)
         except grpc.aio.AioRpcError as e:
             why = f"{e.code().name}: {e.details()}"
+        except grpc.aio.BaseError as e:
+            # A read on a call that broke under it (its channel closed, say)
+            # fails with gRPC's own error rather than a status.
+            why = f"the stream broke: {e}"
         except asyncio.CancelledError:
             why = "the stream was closed"
         self.close(why)

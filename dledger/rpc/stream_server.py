@@ -25,22 +25,25 @@ async def serve_each(context: grpc.aio.ServicerContext, answer: Callable[[Req], 
     loop = asyncio.get_running_loop()
 
     async def answer_one(request: Req) -> None:
-        response = await answer(request)
-        if response is None:
-            return
-        async with write_lock:
-            try:
+        try:
+            response = await answer(request)
+            if response is None:
+                return
+            async with write_lock:
                 await context.write(response)
-            except Exception:
-                # The call ended under this answer (the caller gave the
-                # stream up; its own timeout covers the request): nothing to
-                # tell anyone. Anything else is a bug and stays loud.
-                if not context.done():
-                    raise
+        except grpc.aio.BaseError:
+            # The call ended under this answer (the caller gave the stream
+            # up, and its own timeout covers the request) or was aborted:
+            # gRPC's own errors say only that. Anything else is a bug and
+            # stays loud.
+            return
 
     try:
         while True:
-            request = await context.read()
+            try:
+                request = await context.read()
+            except grpc.aio.BaseError:
+                return   # the call broke under the read: nothing more to read or to answer
             if request is grpc.aio.EOF:
                 break
             task = loop.create_task(answer_one(request))

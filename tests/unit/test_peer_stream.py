@@ -70,3 +70,28 @@ async def test_an_overdue_answer_fails_its_caller_and_replication_goes_on_on_a_n
         assert leader.transport._streams[follower_id] is not stream
     finally:
         await stop_cluster(nodes)
+
+
+async def test_a_channel_closed_under_a_waiting_push_fails_it_at_once(tmp_path):
+    nodes = await start_cluster(tmp_path)
+    try:
+        await wait_for(lambda: leader_of(nodes) is not None)
+        leader_id = leader_of(nodes)
+        leader = nodes[leader_id]
+        follower_id = next(n for n in nodes if n != leader_id)
+        last = await append(leader, 1)
+        header = pb.Header(group="default", remote_id=follower_id, local_id=leader_id, leader_id=leader_id,
+                           term=leader.server.member_state.term)
+        waiting = asyncio.ensure_future(leader.transport.push(   # held by the follower for its gap
+            follower_id, pb.PushEntryRequest(header=header, type=pb.APPEND, index=last + 1000, entries=b"?",
+                                             entry_count=1, committed_index=last), timeout=5.0))
+        await asyncio.sleep(0.1)
+        stream = leader.transport._streams[follower_id]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await leader.transport._channels[follower_id].close()
+        with pytest.raises(TransportError):
+            await waiting
+        assert loop.time() - started < 1.0 and stream.broken is not None
+    finally:
+        await stop_cluster(nodes)
