@@ -54,3 +54,18 @@ async def test_one_callers_oversized_body_fails_that_caller_only(tmp_path):
                 assert got == expected
     finally:
         await stop_cluster(nodes)
+
+
+async def test_without_coalescing_each_call_is_its_own_message(tmp_path):
+    nodes = await start_cluster(tmp_path)
+    try:
+        await wait_for(lambda: leader_of(nodes) is not None)
+        async with DLedgerClient([node.address for node in nodes.values()], coalesce=False) as client:
+            await client.leader()
+            results = await asyncio.gather(*(client.append([b"%d" % i, b"more"]) for i in range(8)))
+            (stream,) = client._append_streams.values()
+            assert stream._next_id - 1 == 8
+            assert len({r.first_index for r in results}) == 8
+            assert all(r.last_index == r.first_index + 1 and len(r.positions) == 2 for r in results)
+    finally:
+        await stop_cluster(nodes)
