@@ -17,6 +17,7 @@ they print (issue 2), so both stay exactly as documented:
     dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...] [--seed N]
                   [--workload log|broker] [--out DIR] --json
     dledger replay (--data-dir DIR | --servers ...) --out DIR [--json] [--master URL]
+    dledger certs create --out DIR --nodes ID,... [--hosts HOST,...]
 
 Exit codes: 0 success, 1 a failure (message on stderr), 2 a usage error.
 """
@@ -31,7 +32,7 @@ import os
 import sys
 from typing import Any, Awaitable, Callable
 
-from cluster import broker_cli
+from cluster import broker_cli, security_cli
 from cluster.chaos.command import add_arguments as add_chaos_arguments
 from cluster.config import ConfigError, add_node_arguments, broker_settings_from_args, config_from_args
 from cluster.cli_args import non_negative_int, positive_int, servers_arg
@@ -348,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_chaos_arguments(chaos)
     chaos.set_defaults(run=cmd_chaos)
 
+    security_cli.add_security_commands(commands)
+
     replay = commands.add_parser("replay", help="replay the committed log with Spark and check the broker's queues")
     _add_replay_arguments(replay)
     replay.set_defaults(run=cmd_replay)
@@ -371,7 +374,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.run is cmd_bench_append and args.duration <= 0:
         parser.error("bench append: --duration must be positive")
     broker_cli.check_usage(parser, args)
-    if args.run in (cmd_node, cmd_cluster_up, cmd_chaos, cmd_replay):
+    if args.run in (cmd_node, cmd_cluster_up, cmd_chaos, cmd_replay) or getattr(args, "sync", False):
         return args.run(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")

@@ -69,6 +69,16 @@ TUNING_FLAGS: list[tuple[str, str, str, str]] = [
      "where clients should connect to each node, when that differs from --peers (docker, proxies)"),
     ("--listen-address", "listen_address", "HOST:PORT",
      "where the gRPC port binds, when not this node's peer address (0.0.0.0:PORT in a container)"),
+    # Security (README, "Security").
+    ("--tls-cert-file", "tls_cert_file", "FILE", "this node's certificate (PEM): every port speaks TLS"),
+    ("--tls-key-file", "tls_key_file", "FILE", "the key of --tls-cert-file"),
+    ("--peer-tls-ca-file", "peer_tls_ca_file", "FILE",
+     "the cluster CA: peers talk mutual TLS on their own port, clients use the advertised address"),
+    ("--client-listen-address", "client_listen_address", "HOST:PORT",
+     "with mutual TLS, where the client port binds (default: this node's advertised address)"),
+    ("--auth-enabled", "auth_enabled", "true|false", "require RocketMQ 5 request signatures and ACLs"),
+    ("--auth-super-user", "auth_super_user", "NAME", "the first super user's name (default admin)"),
+    ("--auth-super-secret-file", "auth_super_secret_file", "FILE", "the first super user's secret"),
 ]
 
 ENV_PREFIX = "DLEDGER_"

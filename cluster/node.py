@@ -27,6 +27,7 @@ from broker.service import MessagingServicer
 from cluster.metrics import NodeMetrics
 from dledger.tasks import set_crash_handler
 from dledger.config import DLedgerConfig
+from dledger.rpc import tls
 from dledger.rpc.peer_client import GrpcTransport
 from dledger.rpc.service import DLedgerServicer
 from dledger.server import DLedgerServer
@@ -38,6 +39,7 @@ from store.message_store import MessageStore
 from dledger.errors import CorruptLogError
 from store.errors import StoreError, StoreStartError
 from store.socket_address import SocketAddress
+from cluster.security.peer_guard import PeerOnlyGuard
 
 log = logging.getLogger("dledger.node")
 
@@ -82,6 +84,9 @@ class Node:
         self.server: DLedgerServer | None = None
         self.transport: GrpcTransport | None = None
         self.grpc_server: grpc.aio.Server | None = None
+        # With mutual TLS: the members-only port (the peer address).
+        self.peer_server: grpc.aio.Server | None = None
+        self.tls = tls.PLAINTEXT
         self.health = health.aio.HealthServicer()
         self.metrics = NodeMetrics(config.group, config.self_id)
         self.store: MessageStore | None = None
@@ -90,15 +95,29 @@ class Node:
 
     async def start(self) -> None:
         config = self.config
-        self.transport = GrpcTransport(config)
+        try:
+            self.tls = tls.load_material(config.tls_cert_file, config.tls_key_file, config.peer_tls_ca_file)
+        except tls.TlsConfigError as error:
+            raise NodeStartError(str(error)) from None
+        self.transport = GrpcTransport(config, self.tls)
         self.server = DLedgerServer(config, self.transport, observer=self.metrics.observer)
-        self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS)
         servicer = DLedgerServicer(self.server, os.getpid(), config.metrics_address)
-        dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, self.grpc_server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
+        if config.mutual_tls:
+            # Clients may not speak the peer protocol on their port.
+            self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[PeerOnlyGuard()])
+            self.peer_server = grpc.aio.server(options=GRPC_OPTIONS)
+        else:
+            self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS)
+        for server in self._servers:
+            dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, server)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         # Bind before the log is opened: a second node started on this port
         # (or with this id) fails here, before it has touched anything.
-        self._bind(config.bind_address)
+        if self.peer_server is not None:
+            self._bind(self.peer_server, config.bind_address, peer_port=True)
+            self._bind(self.grpc_server, config.client_bind_address)
+        else:
+            self._bind(self.grpc_server, config.bind_address)
         try:
             await self.server.start()
         except CorruptLogError as error:
@@ -113,28 +132,38 @@ class Node:
                                   self.server, store_host(config))
         # The broker registers its state machines with the store before the
         # store replays the log into them.
-        self.broker = Broker(broker_settings, self.store, self.server)
+        self.broker = Broker(broker_settings, self.store, self.server, tls=self.tls)
         try:
             await self.store.start()
         except StoreStartError as error:
             raise NodeStartError(str(error)) from None
         await self.broker.start()
-        messaging_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.broker), self.grpc_server)
-        add_admin_service(self.broker, self.grpc_server)
-        await self.grpc_server.start()
+        # The peer port serves the messaging and admin services too: a
+        # follower forwards client calls to the leader's peer address.
+        messaging = MessagingServicer(self.broker)
+        for server in self._servers:
+            messaging_grpc.add_MessagingServiceServicer_to_server(messaging, server)
+            add_admin_service(self.broker, server)
+        for server in self._servers:
+            await server.start()
         if config.metrics_address:
             self._serve_metrics(config.metrics_address)
         for service in HEALTH_SERVICES:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        log.info("node started: group=%s address=%s listen=%s peers=%s metrics=%s data_dir=%s flush=%s pid=%d",
-                 config.group, config.self_peer.address, config.bind_address,
+        log.info("node started: group=%s address=%s listen=%s peers=%s metrics=%s data_dir=%s flush=%s tls=%s "
+                 "pid=%d", config.group, config.self_peer.address, config.bind_address,
                  ",".join(f"{p.id}={p.address}" for p in config.peers),
-                 config.metrics_address or "-", config.data_dir, config.flush_mode.value, os.getpid())
+                 config.metrics_address or "-", config.data_dir, config.flush_mode.value,
+                 ("mutual, clients on " + config.client_bind_address) if config.mutual_tls
+                 else "on" if self.tls.enabled else "off", os.getpid())
 
-    def _bind(self, address: str) -> None:
-        assert self.grpc_server is not None
+    @property
+    def _servers(self) -> list[grpc.aio.Server]:
+        return [s for s in (self.grpc_server, self.peer_server) if s is not None]
+
+    def _bind(self, server: grpc.aio.Server, address: str, peer_port: bool = False) -> None:
         try:
-            port = self.grpc_server.add_insecure_port(address)
+            port = tls.add_port(server, address, self.tls, peer_port=peer_port)
         except RuntimeError as error:
             raise NodeStartError(f"cannot listen on {address}: {error}") from None
         if port == 0:
@@ -153,8 +182,7 @@ class Node:
         self._stopped = True
         log.info("node stopping")
         await self.health.enter_graceful_shutdown()
-        if self.grpc_server is not None:
-            await self.grpc_server.stop(self.grace_s)
+        await asyncio.gather(*(server.stop(self.grace_s) for server in self._servers))
         if self.broker is not None:
             await self.broker.stop()
         if self.store is not None:

@@ -37,6 +37,7 @@ from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception,
 
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.rpc.channel import channel_options
+from dledger.rpc.credentials import ClientSecurity
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
 
@@ -195,8 +196,12 @@ class DLedgerClient:
                  deadline_s: float = 10.0, probe_timeout_s: float = 1.0,
                  append_timeout_s: float = 5.0, call_timeout_s: float = 3.0,
                  producer_id: str | None = None, coalesce: bool = True,
-                 max_inflight_appends: int = MAX_INFLIGHT_APPENDS) -> None:
+                 max_inflight_appends: int = MAX_INFLIGHT_APPENDS,
+                 security: ClientSecurity | None = None) -> None:
         self.servers = parse_servers(servers)
+        # Credentials and the CA (DLEDGER_USER, DLEDGER_SECRET_FILE,
+        # DLEDGER_TLS_CA when not given).
+        self.security = ClientSecurity.from_env() if security is None else security
         self.group = group
         # None: a fresh random id (idempotent); "": not idempotent.
         self.producer_id = uuid.uuid4().hex if producer_id is None else producer_id
@@ -652,7 +657,7 @@ class DLedgerClient:
     def _stub(self, address: str) -> Stub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self.security.channel(address, CHANNEL_OPTIONS)
             self._channels[address] = channel
             stub = self._stubs[address] = Stub(channel)
         return stub

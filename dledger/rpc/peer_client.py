@@ -8,6 +8,7 @@ import time
 import grpc
 
 from dledger.config import DLedgerConfig
+from dledger.rpc import tls
 from dledger.rpc.channel import channel_options
 from dledger.transport import TransportError
 from rpcgen import dledger_pb2 as pb
@@ -27,7 +28,9 @@ RETIRED_CHANNEL_GRACE_S = 2.0
 
 
 class GrpcTransport:
-    def __init__(self, config: DLedgerConfig) -> None:
+    def __init__(self, config: DLedgerConfig, material: tls.TlsMaterial = tls.PLAINTEXT) -> None:
+        # With the cluster CA: mutual TLS, this node's certificate presented.
+        self._tls = material
         self._addresses = {p.id: p.address for p in config.peers if p.id != config.self_id}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, dledger_pb2_grpc.DLedgerServiceStub] = {}
@@ -37,7 +40,7 @@ class GrpcTransport:
             self._open(peer_id)
 
     def _open(self, peer_id: str) -> None:
-        channel = grpc.aio.insecure_channel(self._addresses[peer_id], options=CHANNEL_OPTIONS)
+        channel = tls.channel(self._addresses[peer_id], CHANNEL_OPTIONS, material=self._tls)
         self._channels[peer_id] = channel
         self._stubs[peer_id] = dledger_pb2_grpc.DLedgerServiceStub(channel)
 
