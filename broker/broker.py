@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from broker import validation
+from broker.auth.metadata import AuthMetadataManager
 from broker.clients import ClientRegistry
 from broker.config import BrokerConfig
 from broker.consumer import ConsumerService
@@ -41,6 +42,10 @@ class Broker:
         self.sender = SendService(config, store, self.topics, self.timers, self.transactions)
         self.forwarder = LeaderForwarder(server, config, tls)
         self.consumer = ConsumerService(store, self.topics, self.clients, self.ensure_group)
+        # Users and ACLs are replicated whether or not this node enforces
+        # them, so that turning auth on finds every node agreeing.
+        self.auth_metadata = AuthMetadataManager(store.config.config_dir)
+        store.add_manager(self.auth_metadata)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

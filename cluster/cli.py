@@ -18,6 +18,9 @@ they print (issue 2), so both stay exactly as documented:
                   [--workload log|broker] [--out DIR] --json
     dledger replay (--data-dir DIR | --servers ...) --out DIR [--json] [--master URL]
     dledger certs create --out DIR --nodes ID,... [--hosts HOST,...]
+    dledger user create|update|delete|list --servers ... [--name N --new-secret-file F --type Super|Normal]
+    dledger acl create|delete|list --servers ... --subject User:N [--resource R ... --actions A,B --decision D]
+    (every command that talks to a node also takes --user N --secret-file F --tls-ca F)
 
 Exit codes: 0 success, 1 a failure (message on stderr), 2 a usage error.
 """
@@ -256,6 +259,7 @@ def _client_parser(subparsers: Any, name: str, help_text: str) -> argparse.Argum
                         help="any nodes of the group; the leader is found from them")
     parser.add_argument("--group", default="default", help="the DLedger group (default: default)")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    security_cli.add_client_security_arguments(parser)
     return parser
 
 
@@ -376,6 +380,7 @@ def run(argv: list[str] | None = None) -> int:
     broker_cli.check_usage(parser, args)
     if args.run in (cmd_node, cmd_cluster_up, cmd_chaos, cmd_replay) or getattr(args, "sync", False):
         return args.run(args)
+    security_cli.export_client_security(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     return _run_client_command(args.command, args.run, args)

@@ -40,6 +40,10 @@ from dledger.errors import CorruptLogError
 from store.errors import StoreError, StoreStartError
 from store.socket_address import SocketAddress
 from cluster.security.peer_guard import PeerOnlyGuard
+from broker.auth.guard import AccessGuard, AuthSettings
+from broker.auth.interceptor import AuthInterceptor
+from broker.auth.service import add_auth_service
+from dledger.rpc.credentials import read_secret
 
 log = logging.getLogger("dledger.node")
 
@@ -99,15 +103,21 @@ class Node:
             self.tls = tls.load_material(config.tls_cert_file, config.tls_key_file, config.peer_tls_ca_file)
         except tls.TlsConfigError as error:
             raise NodeStartError(str(error)) from None
+        auth = self._auth_settings()
         self.transport = GrpcTransport(config, self.tls)
         self.server = DLedgerServer(config, self.transport, observer=self.metrics.observer)
         servicer = DLedgerServicer(self.server, os.getpid(), config.metrics_address)
+        # The guard is built before the broker has its users; the interceptor
+        # asks it per call, so it sees them once the store has replayed.
+        client_interceptors: list[grpc.aio.ServerInterceptor] = []
         if config.mutual_tls:
             # Clients may not speak the peer protocol on their port.
-            self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[PeerOnlyGuard()])
+            client_interceptors.append(PeerOnlyGuard())
             self.peer_server = grpc.aio.server(options=GRPC_OPTIONS)
-        else:
-            self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS)
+        self._auth_interceptor = _LateAuthInterceptor() if auth.enabled else None
+        if self._auth_interceptor is not None:
+            client_interceptors.append(self._auth_interceptor)
+        self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=client_interceptors or None)
         for server in self._servers:
             dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -133,6 +143,9 @@ class Node:
         # The broker registers its state machines with the store before the
         # store replays the log into them.
         self.broker = Broker(broker_settings, self.store, self.server, tls=self.tls)
+        self.guard = AccessGuard(auth, self.broker.auth_metadata)
+        if self._auth_interceptor is not None:
+            self._auth_interceptor.interceptor = AuthInterceptor(self.guard)
         try:
             await self.store.start()
         except StoreStartError as error:
@@ -144,6 +157,7 @@ class Node:
         for server in self._servers:
             messaging_grpc.add_MessagingServiceServicer_to_server(messaging, server)
             add_admin_service(self.broker, server)
+            add_auth_service(self.guard, self.store, self.broker.forwarder, server)
         for server in self._servers:
             await server.start()
         if config.metrics_address:
@@ -156,6 +170,16 @@ class Node:
                  config.metrics_address or "-", config.data_dir, config.flush_mode.value,
                  ("mutual, clients on " + config.client_bind_address) if config.mutual_tls
                  else "on" if self.tls.enabled else "off", os.getpid())
+
+    def _auth_settings(self) -> AuthSettings:
+        config = self.config
+        if not config.auth_enabled:
+            return AuthSettings()
+        try:
+            secret = read_secret(config.auth_super_secret_file)
+        except ValueError as error:
+            raise NodeStartError(f"auth_super_secret_file: {error}") from None
+        return AuthSettings(True, config.auth_super_user, secret, config.auth_max_skew_s)
 
     @property
     def _servers(self) -> list[grpc.aio.Server]:
@@ -193,6 +217,19 @@ class Node:
             await self.transport.close()
         await asyncio.to_thread(self.metrics.close)
         log.info("node stopped")
+
+
+class _LateAuthInterceptor(grpc.aio.ServerInterceptor):
+    """The server (and its interceptors) is made before the broker that
+    holds the users; until the real interceptor is set no call is served
+    (the port opens only after), so this only defers to it."""
+
+    def __init__(self) -> None:
+        self.interceptor: AuthInterceptor | None = None
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        assert self.interceptor is not None, "the auth interceptor is set before the server starts"
+        return await self.interceptor.intercept_service(continuation, details)
 
 
 def broker_config(config: DLedgerConfig, settings: dict[str, Any] | None = None) -> BrokerConfig:

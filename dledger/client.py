@@ -348,6 +348,8 @@ class DLedgerClient:
         try:
             response = await self._stub(server).Metadata(request, timeout=self.probe_timeout_s)
         except grpc.aio.AioRpcError as error:
+            if error.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                raise rpc_error(error, server) from None  # reachable, but refused: say why
             log.debug("metadata from %s failed: %s", server, rpc_error(error, server))
             return None
         failure = header_error(response.header, server)

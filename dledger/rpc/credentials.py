@@ -87,7 +87,7 @@ class ClientSecurity:
         return cls.from_settings()
 
     def channel(self, address: str, options: list[tuple[str, Any]] | None = None) -> grpc.aio.Channel:
-        interceptors = [SigningInterceptor(self.user, self.secret, self.namespace)] if self.user else None
+        interceptors = signing_interceptors(self.user, self.secret, self.namespace) if self.user else None
         return tls.channel(address, options, ca=self.ca, interceptors=interceptors)
 
 
@@ -120,19 +120,40 @@ def _with_headers(details: grpc.aio.ClientCallDetails, headers: tuple[tuple[str,
                                       details.credentials, details.wait_for_ready)
 
 
-class SigningInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor,
-                         grpc.aio.StreamUnaryClientInterceptor, grpc.aio.StreamStreamClientInterceptor):
-    def __init__(self, user: str, secret: str, namespace: str = "") -> None:
-        self._signer = _Signer(user, secret, namespace)
+# grpc.aio files an interceptor under the first of the four kinds it is an
+# instance of, so each kind needs a class of its own (sharing one signer).
+class _SignUnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
+    def __init__(self, signer: _Signer) -> None:
+        self._signer = signer
 
     async def intercept_unary_unary(self, continuation, details, request):  # noqa: ANN001, ANN201
         return await continuation(_with_headers(details, self._signer.headers()), request)
 
+
+class _SignUnaryStream(grpc.aio.UnaryStreamClientInterceptor):
+    def __init__(self, signer: _Signer) -> None:
+        self._signer = signer
+
     async def intercept_unary_stream(self, continuation, details, request):  # noqa: ANN001, ANN201
         return await continuation(_with_headers(details, self._signer.headers()), request)
+
+
+class _SignStreamUnary(grpc.aio.StreamUnaryClientInterceptor):
+    def __init__(self, signer: _Signer) -> None:
+        self._signer = signer
 
     async def intercept_stream_unary(self, continuation, details, request_iterator):  # noqa: ANN001, ANN201
         return await continuation(_with_headers(details, self._signer.headers()), request_iterator)
 
+
+class _SignStreamStream(grpc.aio.StreamStreamClientInterceptor):
+    def __init__(self, signer: _Signer) -> None:
+        self._signer = signer
+
     async def intercept_stream_stream(self, continuation, details, request_iterator):  # noqa: ANN001, ANN201
         return await continuation(_with_headers(details, self._signer.headers()), request_iterator)
+
+
+def signing_interceptors(user: str, secret: str, namespace: str = "") -> list[Any]:
+    signer = _Signer(user, secret, namespace)
+    return [kind(signer) for kind in (_SignUnaryUnary, _SignUnaryStream, _SignStreamUnary, _SignStreamStream)]
