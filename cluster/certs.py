@@ -6,7 +6,9 @@ production and a wall for a first secure cluster. This makes a private CA
 whose subject alternative names cover every way the node is reached: its
 id (the container name under compose), `localhost`, `127.0.0.1` and the
 extra `--hosts`. The official RocketMQ Python client checks the host name
-against the SANs, so an IP SAN is needed for `127.0.0.1:port` endpoints.
+against the SANs, so an IP SAN is needed for `127.0.0.1:port` endpoints; and
+since it dials all of a route's addresses as one target, a SAN naming that
+whole address list (`--endpoints`, see `endpoints_name`) as well.
 
 Each node certificate is usable both as a server certificate (clients and
 peers connect to it) and as a client certificate (it dials its peers over
@@ -109,13 +111,25 @@ def make_leaf(out: Path, name: str, hosts: list[str], ca_cert: x509.Certificate,
     return pair
 
 
-def create(out: Path, nodes: list[str], hosts: list[str] | None = None) -> dict[str, Pair]:
+def endpoints_name(addresses: list[str]) -> str:
+    """The host name the official RocketMQ Python client verifies when it
+    connects to several addresses at once: it dials
+    `ipv4:<address>,<address>,...` (the addresses sorted as text), and gRPC
+    checks that whole list, as one name, against the certificate."""
+    return ",".join(sorted(addresses))
+
+
+def create(out: Path, nodes: list[str], hosts: list[str] | None = None,
+           endpoints: list[str] | None = None) -> dict[str, Pair]:
     """The CA (`ca.pem`, `ca.key`) and `<node>.pem`/`<node>-key.pem` for each
-    node, plus `client.pem`/`client-key.pem`, under `out`."""
+    node, plus `client.pem`/`client-key.pem`, under `out`. `endpoints`: the
+    client addresses of every node, for the official Python client's TLS."""
     out.mkdir(parents=True, exist_ok=True)
     os.chmod(out, 0o700)
     ca_cert, ca_key = make_ca(out)
     extra = [*DEFAULT_HOSTS, *(hosts or [])]
+    if endpoints:
+        extra.append(endpoints_name(endpoints))
     pairs = {node: make_leaf(out, node, [node, *extra], ca_cert, ca_key) for node in nodes}
     pairs["client"] = make_leaf(out, "client", ["client"], ca_cert, ca_key)
     return pairs

@@ -21,7 +21,7 @@ def cmd_certs_create(args: argparse.Namespace) -> int:
         print("dledger certs create: error: --nodes names no node", file=sys.stderr)
         return 2
     out = Path(args.out)
-    pairs = certs.create(out, nodes, hosts)
+    pairs = certs.create(out, nodes, hosts, [e.strip() for e in (args.endpoints or "").split(",") if e.strip()])
     print(f"CA: {out / 'ca.pem'} (key {out / 'ca.key'}, keep it offline)")
     for name, pair in pairs.items():
         print(f"{name}: {pair.cert_file} {pair.key_file}")
@@ -37,6 +37,9 @@ def add_security_commands(commands: Any) -> None:
     create.add_argument("--hosts", metavar="HOST,...",
                         help="extra host names or IPs every node certificate covers (localhost and "
                              "127.0.0.1 always are)")
+    create.add_argument("--endpoints", metavar="HOST:PORT,...",
+                        help="the client addresses of all nodes: the official RocketMQ Python client verifies "
+                             "them as one name when it connects with TLS")
     create.set_defaults(run=cmd_certs_create, sync=True)
     add_user_and_acl_commands(commands)
 

@@ -46,7 +46,8 @@ def _group(resource: Any) -> Resource:
 def _consume(request: Any) -> list[Requirement]:
     """Sub on the request's group and topic (the topic of its queue for the
     calls that name a queue)."""
-    resource = request.message_queue.topic if request.HasField("message_queue") else request.topic
+    has_queue = "message_queue" in request.DESCRIPTOR.fields_by_name
+    resource = request.message_queue.topic if has_queue else request.topic
     return [(SUB, _group(request.group)), (SUB, _topic(resource))]
 
 
@@ -93,6 +94,7 @@ REQUIREMENTS: dict[str, Mapper] = {
     f"/{MESSAGING}/UpdateOffset": _consume,
     f"/{MESSAGING}/GetOffset": _consume,
     f"/{MESSAGING}/QueryOffset": lambda r: [(SUB, _topic(r.message_queue.topic))],
+    f"/{MESSAGING}/SyncLiteSubscription": _consume,
     # Telemetry: checked per command (telemetry_requirements).
     f"/{MESSAGING}/Telemetry": lambda r: [],
     f"/{ADMIN}/CreateTopic": _admin_topic(Action.CREATE),
