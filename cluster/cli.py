@@ -4,7 +4,7 @@ Tools outside this project depend on these command forms and on the JSON
 they print (issue 2), so both stay exactly as documented:
 
     dledger node --id ID --peers ID=HOST:PORT,... --data-dir DIR [--metrics-port P]
-    dledger cluster up [--nodes 3] [--data-dir ./data] [--base-port 20911]
+    dledger cluster up [--nodes 3] [--data-dir ./data] [--base-port 20911] [--secure]
     dledger status --servers HOST:PORT[,...] --json
     dledger append --servers ... (--data TEXT | --count N --size BYTES) --json
     dledger get --servers ... --index I --json
@@ -221,10 +221,10 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     from cluster.launcher import cluster_up, plan_nodes
 
     try:
-        plan_nodes(args.nodes, args.data_dir, args.base_port)
+        plan_nodes(args.nodes, args.data_dir, args.base_port, secure=args.secure)
     except ValueError as error:
         return fail("cluster up", str(error), code=2)
-    return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group))
+    return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group, secure=args.secure))
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
@@ -282,6 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--base-port", type=positive_int, default=20911,
                     help="node i serves gRPC on BASE+i and metrics on BASE+100+i")
     up.add_argument("--group", default="default")
+    up.add_argument("--secure", action="store_true",
+                    help="TLS for clients, mutual TLS between peers (on BASE+200+i), auth and ACLs on; the CA and "
+                         "the super user admin's secret go under DATA-DIR/secure/")
     up.set_defaults(run=cmd_cluster_up)
 
     status = _client_parser(commands, "status", "every node's role, term and indexes")
