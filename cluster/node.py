@@ -144,6 +144,7 @@ class Node:
         # store replays the log into them.
         self.broker = Broker(broker_settings, self.store, self.server, tls=self.tls)
         self.guard = AccessGuard(auth, self.broker.auth_metadata)
+        self.guard.on_denied = self.metrics.on_auth_denied
         if self._auth_interceptor is not None:
             self._auth_interceptor.interceptor = AuthInterceptor(self.guard)
         try:

@@ -49,6 +49,8 @@ class AccessGuard:
         self._decisions: dict[tuple[str, Resource, tuple[Action, ...], str], acl.Verdict] = {}
         self.denied: dict[tuple[str, str], int] = {}   # (reason, method) -> count
         self._logged: dict[tuple[str, str], float] = {}
+        # Told of every denial (reason, method): the node's metrics.
+        self.on_denied: Callable[[str, str], None] | None = None
         metadata.listeners.append(self.invalidate)
 
     @property
@@ -93,6 +95,8 @@ class AccessGuard:
     def note_denial(self, failure: AuthFailure, method: str, client: str) -> None:
         key = (failure.reason, method)
         self.denied[key] = self.denied.get(key, 0) + 1
+        if self.on_denied is not None:
+            self.on_denied(failure.reason, method)
         now = time.monotonic()
         seen = (client, failure.reason)
         if now - self._logged.get(seen, -DENIAL_LOG_INTERVAL_S) >= DENIAL_LOG_INTERVAL_S:
