@@ -43,6 +43,7 @@ from cluster.security.peer_guard import PeerOnlyGuard
 from broker.auth.guard import AccessGuard, AuthSettings
 from broker.auth.interceptor import AuthInterceptor
 from broker.auth.service import add_auth_service
+from broker.namespaces import NamespaceInterceptor
 from dledger.rpc.credentials import read_secret
 
 log = logging.getLogger("dledger.node")
@@ -114,10 +115,12 @@ class Node:
             # Clients may not speak the peer protocol on their port.
             client_interceptors.append(PeerOnlyGuard())
             self.peer_server = grpc.aio.server(options=GRPC_OPTIONS)
+        # Namespaces first: the ACL check then sees the names as stored.
+        client_interceptors.append(NamespaceInterceptor())
         self._auth_interceptor = _LateAuthInterceptor() if auth.enabled else None
         if self._auth_interceptor is not None:
             client_interceptors.append(self._auth_interceptor)
-        self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=client_interceptors or None)
+        self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=client_interceptors)
         for server in self._servers:
             dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
