@@ -211,6 +211,17 @@ async def test_unsigned_or_stale_raw_calls_are_refused(secure) -> None:
             ("x-mq-client-id", "raw"), ("x-mq-date-time", old),
             ("authorization", authorization_value("alice", USERS["alice"], old))], timeout=10)
         assert stale.status.code == pb.UNAUTHORIZED and "clock" in stale.status.message
+    # Telemetry: a producer's settings naming a topic it may not publish to
+    # end the stream with FORBIDDEN.
+    alice = ClientSecurity(user="alice", secret=USERS["alice"], ca=security.ca)
+    async with alice.channel(cluster.addresses["n1"]) as channel:
+        call = service_pb2_grpc.MessagingServiceStub(channel).Telemetry(
+            metadata=[("x-mq-client-id", "raw-telemetry")], timeout=10)
+        await call.write(spb.TelemetryCommand(settings=pb.Settings(
+            client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="Hidden")]))))
+        answer = await asyncio.wait_for(call.read(), 5)
+        assert answer.status.code == pb.FORBIDDEN and "Pub on Topic:Hidden" in answer.status.message, answer
+        call.cancel()
     # The log API: no credentials, no append.
     async with DLedgerClient(list(cluster.addresses.values()), security=security, deadline_s=2) as client:
         with pytest.raises(Exception, match="UNAUTHENTICATED"):
