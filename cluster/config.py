@@ -35,6 +35,7 @@ from typing import Any, Mapping
 from broker.config import BrokerConfig
 from dledger import failpoints
 from dledger.config import DLedgerConfig, FlushMode, PeerAddress, parse_peers
+from dledger.rpc.credentials import ENV_SECRET_FILE, ENV_TLS_CA, ENV_USER
 
 BROKER_TABLE = "broker"
 # Follow from the group and its peers, not from configuration.
@@ -89,6 +90,8 @@ ENV_CONFIG = "DLEDGER_CONFIG"
 ENV_METRICS_PORT = "DLEDGER_METRICS_PORT"
 ENV_METRICS_HOST = "DLEDGER_METRICS_HOST"
 DEFAULT_METRICS_HOST = "127.0.0.1"
+# Read by our clients, so a shell that exported them can still start nodes.
+CLIENT_ENV = frozenset({ENV_USER, ENV_SECRET_FILE, ENV_TLS_CA})
 
 
 @dataclass
@@ -155,6 +158,8 @@ def settings_from_env(environ: Mapping[str, str]) -> EnvSettings:
             env.metrics_host = text
         elif variable == failpoints.ENV_DIR:
             continue  # read by dledger.failpoints: test harnesses only
+        elif variable in CLIENT_ENV:
+            continue  # a client's credentials and CA (dledger/rpc/credentials.py), not the node's
         elif variable == ENV_METRICS_PORT:
             env.metrics_port = env_metrics_port(text)
         else:

@@ -73,3 +73,12 @@ def test_a_node_with_a_half_made_tls_config_exits_with_one_line(pki: Path, tmp_p
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if "ERROR" in line or "error" in line]
     assert len(errors) == 1 and "tls_key_file is missing" in errors[0], proc.stderr
+
+
+def test_a_shell_with_client_credentials_exported_can_still_start_nodes() -> None:
+    import argparse
+    from cluster.config import config_from_args
+    config = config_from_args(argparse.Namespace(), {
+        "DLEDGER_ID": "n0", "DLEDGER_PEERS": "n0=127.0.0.1:1", "DLEDGER_DATA_DIR": "/tmp/x",
+        "DLEDGER_USER": "admin", "DLEDGER_SECRET_FILE": "/s", "DLEDGER_TLS_CA": "/ca.pem"})
+    assert config.self_id == "n0" and not config.auth_enabled
