@@ -501,6 +501,7 @@ class DLedgerClient:
         servers = list(self.servers)
         probes = {asyncio.ensure_future(self.metadata(a)): a for a in servers}
         answers: dict[str, pb.MetadataResponse | None] = {}
+        refusal: BaseException | None = None
         pending = set(probes)
         try:
             while pending:
@@ -510,7 +511,10 @@ class DLedgerClient:
                 if not done:
                     break
                 for probe in done:
-                    answers[probes[probe]] = probe.result()
+                    failure = probe.exception()
+                    if failure is not None:   # reachable, but refused (credentials)
+                        refusal = failure
+                    answers[probes[probe]] = None if failure is not None else probe.result()
         finally:
             for probe in pending:
                 probe.cancel()
@@ -528,6 +532,8 @@ class DLedgerClient:
             if best is None or candidate[:2] > best[:2]:
                 best = candidate
         if best is None:
+            if refusal is not None:
+                raise refusal
             if all(a is None for a in answers.values()):
                 raise DLedgerError(ResponseCode.NETWORK_ERROR,
                                    f"no server reachable among {','.join(self.servers)}")

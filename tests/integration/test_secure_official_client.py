@@ -31,7 +31,7 @@ from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 ADMIN_SECRET = "admin-secret-0123"
-USERS = {"alice": "alice-secret-1", "bob": "bob-secret-22"}
+USERS = {"alice": "alice-secret-1", "bob": "bob-secret-22", "nora": "nora-secret-333"}
 
 
 def dledger(*args: str, env: dict[str, str]) -> str:
@@ -81,8 +81,10 @@ async def _prepare(cluster: ProcessCluster, base: Path) -> None:
             "--actions", "Sub", env=env)
     dledger("acl", "create", "--servers", servers, "--subject", "User:bob", "--resource", "Topic:Allowed",
             "--resource", "Group:readers", "--actions", "Sub", env=env)
+    dledger("acl", "create", "--servers", servers, "--subject", "User:nora", "--resource", "Namespace:tenant1",
+            "--actions", "Pub", env=env)
     listed = json.loads(dledger("acl", "list", "--servers", servers, "--json", env=env))
-    assert {a["subject"] for a in listed["acls"]} == {"User:alice", "User:bob"}
+    assert {a["subject"] for a in listed["acls"]} == {"User:alice", "User:bob", "User:nora"}
     await asyncio.sleep(0.5)  # every node has applied the ACLs
 
 
@@ -99,7 +101,8 @@ SCRIPT = textwrap.dedent("""
             def now(cls, tz=None):
                 return real.datetime.now(tz) - real.timedelta(hours=1)
         signature.datetime = OldClock
-    config = ClientConfiguration(endpoints, Credentials(user, secret), request_timeout=5)
+    namespace = sys.argv[7] if len(sys.argv) > 7 else ""
+    config = ClientConfiguration(endpoints, Credentials(user, secret), namespace=namespace, request_timeout=5)
     # A refused QueryRoute reaches the application only as "failed to fetch
     # route"; the client logs the server's code and message: keep them.
     import logging, re
@@ -175,6 +178,13 @@ def test_a_consumer_with_sub_on_its_group_and_topic_receives(secure) -> None:
     assert "message_id" in official(cluster, base, "alice", USERS["alice"], "send", "Allowed")
     got = official(cluster, base, "bob", USERS["bob"], "receive")
     assert got.get("received") and set(got["received"]) == {"secured"}, got
+
+
+def test_the_official_client_in_a_namespace_is_held_to_its_namespace(secure) -> None:
+    cluster, base = secure
+    assert "message_id" in official(cluster, base, "nora", USERS["nora"], "send", "Invoices", "tenant1")
+    refused = official(cluster, base, "nora", USERS["nora"], "send", "Invoices", "tenant2")
+    assert refused["code"] == pb.FORBIDDEN and "tenant2%Invoices" in refused["message"], refused
 
 
 @pytest.mark.parametrize("user, secret, action, reason", [
