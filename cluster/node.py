@@ -105,7 +105,8 @@ class Node:
         except tls.TlsConfigError as error:
             raise NodeStartError(str(error)) from None
         auth = self._auth_settings()
-        self.transport = GrpcTransport(config, self.tls)
+        signing = (auth.super_user, auth.super_secret) if auth.enabled else None
+        self.transport = GrpcTransport(config, self.tls, signing)
         self.server = DLedgerServer(config, self.transport, observer=self.metrics.observer)
         servicer = DLedgerServicer(self.server, os.getpid(), config.metrics_address)
         # The guard is built before the broker has its users; the interceptor

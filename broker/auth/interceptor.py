@@ -11,9 +11,11 @@ official clients expect; the log, admin and auth services with gRPC's
 UNAUTHENTICATED or PERMISSION_DENIED. Telemetry is checked when it opens
 and again on every settings command the client sends.
 
-Health checks and the peer protocol are not checked: load balancers probe
-without credentials, and peers are authenticated by mutual TLS (on their own
-port, where this interceptor is not installed).
+Health checks are not checked: load balancers probe without credentials.
+The peer protocol (Vote, HeartBeat, Push) is for super users only: with
+mutual TLS it is served on the members' own port, where this interceptor is
+not installed; on a single shared port peers sign their calls as the
+bootstrap super user, whose secret every member holds.
 """
 from __future__ import annotations
 
@@ -31,7 +33,6 @@ from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 
 EXEMPT_PREFIXES = ("/grpc.health.v1.Health/",)
-EXEMPT_METHODS = frozenset(f"/dledger.v1.DLedgerService/{m}" for m in ("Vote", "HeartBeat", "Push"))
 # A method missing from REQUIREMENTS (added later without a mapping) is for super users only.
 _UNMAPPED = [((Action.ALL,), CLUSTER)]
 _MESSAGING_SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"]
@@ -72,7 +73,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if wrapped is not None:
             return wrapped
         handler = await continuation(details)
-        if handler is None or method in EXEMPT_METHODS or method.startswith(EXEMPT_PREFIXES):
+        if handler is None or method.startswith(EXEMPT_PREFIXES):
             return handler
         wrapped = self._wrapped[method] = _Checked(self.guard, method, handler).wrapped()
         return wrapped

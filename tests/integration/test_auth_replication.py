@@ -14,6 +14,7 @@ from broker.client.admin import AdminClient
 from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 from dledger.rpc.credentials import ClientSecurity
+from rpcgen import dledger_pb2, dledger_pb2_grpc
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
@@ -72,6 +73,21 @@ async def test_users_and_acls_survive_failover_and_restart_and_removal_is_quick(
             await auth_call(follower, "CreateAcl", apb.CreateAclRequest(
                 subject=f"User:{user.user}", entries=[apb.AclEntry(resource="Topic:Ledger", actions=["Pub"])]))
         await wait_all(cluster, CAROL, pb.OK, within=5)
+
+        # One shared port: peers sign as the bootstrap super user, so a
+        # leadership transfer (leader -> transferee) passes and an unsigned
+        # vote does not.
+        target = next(n for n in cluster.ids if n != leader)
+        async with DLedgerClient(addresses, security=ADMIN) as client:
+            assert (await client.leadership_transfer(target))[0] == target
+            leader = await find_leader(client, addresses, timeout=30)
+        assert leader == target
+        async with ClientSecurity().channel(cluster.addresses[leader]) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await dledger_pb2_grpc.DLedgerServiceStub(channel).Vote(dledger_pb2.VoteRequest(
+                    header=dledger_pb2.Header(group="default", local_id="intruder", term=10**6),
+                    ledger_end_index=10**9), timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
         # The leader dies: the new one (and the others) still know them.
         cluster.kill(leader)
