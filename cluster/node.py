@@ -92,6 +92,8 @@ class Node:
         # With mutual TLS: the members-only port (the peer address).
         self.peer_server: grpc.aio.Server | None = None
         self.tls = tls.PLAINTEXT
+        self._auth_interceptor: _LateAuthInterceptor | None = None
+        self.guard: AccessGuard | None = None
         self.health = health.aio.HealthServicer()
         self.metrics = NodeMetrics(config.group, config.self_id)
         self.store: MessageStore | None = None
@@ -109,29 +111,7 @@ class Node:
         self.transport = GrpcTransport(config, self.tls, signing)
         self.server = DLedgerServer(config, self.transport, observer=self.metrics.observer)
         servicer = DLedgerServicer(self.server, os.getpid(), config.metrics_address)
-        # The guard is built before the broker has its users; the interceptor
-        # asks it per call, so it sees them once the store has replayed.
-        client_interceptors: list[grpc.aio.ServerInterceptor] = []
-        if config.mutual_tls:
-            # Clients may not speak the peer protocol on their port.
-            client_interceptors.append(PeerOnlyGuard())
-            self.peer_server = grpc.aio.server(options=GRPC_OPTIONS)
-        # Namespaces first: the ACL check then sees the names as stored.
-        client_interceptors.append(NamespaceInterceptor())
-        self._auth_interceptor = _LateAuthInterceptor() if auth.enabled else None
-        if self._auth_interceptor is not None:
-            client_interceptors.append(self._auth_interceptor)
-        self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=client_interceptors)
-        for server in self._servers:
-            dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, server)
-            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        # Bind before the log is opened: a second node started on this port
-        # (or with this id) fails here, before it has touched anything.
-        if self.peer_server is not None:
-            self._bind(self.peer_server, config.bind_address, peer_port=True)
-            self._bind(self.grpc_server, config.client_bind_address)
-        else:
-            self._bind(self.grpc_server, config.bind_address)
+        self._build_servers(servicer, auth)
         try:
             await self.server.start()
         except CorruptLogError as error:
@@ -147,10 +127,10 @@ class Node:
         # The broker registers its state machines with the store before the
         # store replays the log into them.
         self.broker = Broker(broker_settings, self.store, self.server, tls=self.tls)
-        self.guard = AccessGuard(auth, self.broker.auth_metadata)
-        self.guard.on_denied = self.metrics.on_auth_denied
+        guard = self.guard = AccessGuard(auth, self.broker.auth_metadata)
+        guard.on_denied = self.metrics.on_auth_denied
         if self._auth_interceptor is not None:
-            self._auth_interceptor.interceptor = AuthInterceptor(self.guard)
+            self._auth_interceptor.interceptor = AuthInterceptor(guard)
         try:
             await self.store.start()
         except StoreStartError as error:
@@ -162,7 +142,7 @@ class Node:
         for server in self._servers:
             messaging_grpc.add_MessagingServiceServicer_to_server(messaging, server)
             add_admin_service(self.broker, server)
-            add_auth_service(self.guard, self.store, self.broker.forwarder, server)
+            add_auth_service(guard, self.store, self.broker.forwarder, server)
         for server in self._servers:
             await server.start()
         if config.metrics_address:
@@ -175,6 +155,33 @@ class Node:
                  config.metrics_address or "-", config.data_dir, config.flush_mode.value,
                  ("mutual, clients on " + config.client_bind_address) if config.mutual_tls
                  else "on" if self.tls.enabled else "off", os.getpid())
+
+    def _build_servers(self, servicer: DLedgerServicer, auth: AuthSettings) -> None:
+        """The client port (and, with mutual TLS, the members' port), bound
+        before the log is opened: a second node started on this port (or
+        with this id) fails here, before it has touched anything."""
+        config = self.config
+        client_interceptors: list[grpc.aio.ServerInterceptor] = []
+        if config.mutual_tls:
+            # Clients may not speak the peer protocol on their port.
+            client_interceptors.append(PeerOnlyGuard())
+            self.peer_server = grpc.aio.server(options=GRPC_OPTIONS)
+        # Namespaces first: the ACL check then sees the names as stored.
+        client_interceptors.append(NamespaceInterceptor())
+        # The guard needs the broker's users, made later; the interceptor
+        # defers to it and no call is served before the server starts.
+        self._auth_interceptor = _LateAuthInterceptor() if auth.enabled else None
+        if self._auth_interceptor is not None:
+            client_interceptors.append(self._auth_interceptor)
+        self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=client_interceptors)
+        for server in self._servers:
+            dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, server)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        if self.peer_server is not None:
+            self._bind(self.peer_server, config.bind_address, peer_port=True)
+            self._bind(self.grpc_server, config.client_bind_address)
+        else:
+            self._bind(self.grpc_server, config.bind_address)
 
     def _auth_settings(self) -> AuthSettings:
         config = self.config
