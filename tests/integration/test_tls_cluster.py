@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from pathlib import Path
 
 import grpc
@@ -38,6 +39,10 @@ async def test_a_tls_cluster_elects_commits_and_refuses_plaintext(tmp_path: Path
             result = await client.append([b"over tls"])
             entry = await client.get(result.first_index)
             assert entry.body == b"over tls"
+        # The container health check speaks TLS when given the CA, and needs no credentials.
+        from cluster.healthcheck import check
+        assert check(addresses[0], ca=security.ca) == (True, f"{addresses[0]}: SERVING")
+        assert not check(addresses[0])[0]
         # Plaintext to a TLS port: the handshake fails.
         async with DLedgerClient(addresses, security=ClientSecurity(), deadline_s=1.0) as plain:
             assert await plain.metadata(addresses[0]) is None
@@ -82,7 +87,12 @@ async def test_a_node_with_a_certificate_from_another_ca_cannot_join(tmp_path: P
         async with DLedgerClient([n0], security=security, deadline_s=1.0) as client, \
                 DLedgerClient([n2], security=foreign_security, deadline_s=1.0) as foreign_client:
             # n0 and n2 are two of three: with n2's vote counted one would lead.
-            await asyncio.sleep(4.0)
+            for address, c in ((n0, client), (n2, foreign_client)):
+                deadline = time.monotonic() + 30
+                while await c.metadata(address) is None:   # started (a loaded machine is slow)
+                    assert time.monotonic() < deadline, f"{address} never answered"
+                    await asyncio.sleep(0.2)
+            await asyncio.sleep(3.0)  # several election timeouts
             for address, c in ((n0, client), (n2, foreign_client)):
                 meta = await c.metadata(address)
                 assert meta is not None and meta.role != "LEADER", meta

@@ -97,3 +97,13 @@ def test_denials_are_counted_each_time_and_logged_once_a_minute_per_client(
 def test_the_acl_file_is_private(guard: AccessGuard, tmp_path: Path) -> None:
     guard.metadata.persist()
     assert (tmp_path / "acl.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_denials_reach_the_nodes_metrics() -> None:
+    from cluster.metrics import NodeMetrics
+    metrics = NodeMetrics("g", "n0")
+    metrics.on_auth_denied("forbidden", "SendMessage")
+    metrics.on_auth_denied("forbidden", "SendMessage")
+    value = metrics.registry.get_sample_value(
+        "dledger_auth_denied_total", {"group": "g", "self_id": "n0", "reason": "forbidden", "rpc": "SendMessage"})
+    assert value == 2
