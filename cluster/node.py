@@ -208,8 +208,14 @@ class Node:
 
     def _serve_metrics(self, address: str) -> None:
         try:
-            # The web console shares the port; it reads the cluster through this node's gRPC APIs.
             config = self.config
+            if config.auth_enabled or self.tls.enabled:
+                # The console would serve the admin APIs to whoever reaches
+                # the metrics port, without credentials: on a secured node it
+                # runs only as `dledger console` with the operator's own.
+                self.metrics.serve(address)
+                return
+            # The web console shares the port; it reads the cluster through this node's gRPC APIs.
             self.metrics.serve_with_console(address, Target((config.address_of(config.self_id),), config.group))
         except OSError as error:
             raise NodeStartError(f"cannot serve metrics on {address}: {error.strerror}") from None

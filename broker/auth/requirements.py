@@ -9,6 +9,9 @@
 - Telemetry settings: Pub on a producer's topics, Sub on a consumer's group
   and topics (checked per settings command, `telemetry_requirements`);
 - the admin service: Create/Update/Delete/List/Get on the topic or group;
+  the operations service: Get on the topic for message queries, Get on the
+  group to read its progress or dead letters, Update on the group to reset
+  its offsets or resend to it;
   user and ACL administration: Update/Get/List on the Cluster;
 - the log API: Append is Pub on the Cluster, Get and Read are Sub, Metadata
   is open to any signed user (clients find the leader with it), ListMembers
@@ -31,6 +34,7 @@ Mapper = Callable[[Any], list[Requirement]]
 PUB, SUB = (Action.PUB,), (Action.SUB,)
 MESSAGING = "apache.rocketmq.v2.MessagingService"
 ADMIN = "pydledger.admin.v1.AdminService"
+OPERATIONS = "pydledger.admin.v1.OperationsService"
 AUTH_ADMIN = "pydledger.auth.v1.AuthService"
 LOG = "dledger.v1.DLedgerService"
 
@@ -78,6 +82,20 @@ def _lag(request: Any) -> list[Requirement]:
     return needs
 
 
+def _ops_topic(request: Any) -> list[Requirement]:
+    """Message queries: Get on the topic (on the Cluster when none is named)."""
+    return [((Action.GET,), topic(request.topic) if request.topic else CLUSTER)]
+
+
+def _ops_group(action: Action) -> Mapper:
+    def needs(request: Any) -> list[Requirement]:
+        required: list[Requirement] = [((action,), group(request.group))]
+        if getattr(request, "topic", ""):
+            required.append(((Action.GET,), topic(request.topic)))
+        return required
+    return needs
+
+
 REQUIREMENTS: dict[str, Mapper] = {
     f"/{MESSAGING}/QueryRoute": lambda r: [((Action.PUB, Action.SUB), _topic(r.topic))],
     f"/{MESSAGING}/Heartbeat": _optional_group,
@@ -105,6 +123,15 @@ REQUIREMENTS: dict[str, Mapper] = {
     f"/{ADMIN}/UpdateGroup": _admin_group(Action.UPDATE),
     f"/{ADMIN}/ListGroups": _cluster(Action.LIST),
     f"/{ADMIN}/DescribeLag": _lag,
+    f"/{OPERATIONS}/QueryMessageByKey": _ops_topic,
+    f"/{OPERATIONS}/QueryMessageById": _ops_topic,
+    f"/{OPERATIONS}/QueryMessageByOffset": _ops_topic,
+    f"/{OPERATIONS}/ResendMessage": _ops_group(Action.UPDATE),
+    f"/{OPERATIONS}/GroupProgress": _ops_group(Action.GET),
+    f"/{OPERATIONS}/ResetOffset": _ops_group(Action.UPDATE),
+    f"/{OPERATIONS}/ListDeadLetters": _ops_group(Action.GET),
+    f"/{OPERATIONS}/ResendDeadLetter": _ops_group(Action.UPDATE),
+    f"/{OPERATIONS}/DescribeStore": _cluster(Action.GET),
     f"/{LOG}/Append": _cluster(Action.PUB),
     f"/{LOG}/Get": _cluster(Action.SUB),
     f"/{LOG}/Read": _cluster(Action.SUB),

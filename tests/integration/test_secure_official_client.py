@@ -236,3 +236,18 @@ async def test_unsigned_or_stale_raw_calls_are_refused(secure) -> None:
     async with DLedgerClient(list(cluster.addresses.values()), security=security, deadline_s=2) as client:
         with pytest.raises(Exception, match="UNAUTHENTICATED"):
             await client.append([b"intruder"])
+
+
+def test_the_console_reads_a_secured_cluster_with_the_operators_credentials(secure, monkeypatch) -> None:
+    from cluster.console.backend import ConsoleBackend, Target
+    cluster, base = secure
+    monkeypatch.setenv("DLEDGER_USER", "admin")
+    monkeypatch.setenv("DLEDGER_SECRET_FILE", str(base / "admin.secret"))
+    monkeypatch.setenv("DLEDGER_TLS_CA", str(base / "pki" / "ca.pem"))
+    backend = ConsoleBackend(Target(tuple(cluster.addresses.values())))
+    try:
+        roles = {row["role"] for row in backend.cluster()["nodes"]}
+        assert "LEADER" in roles and "unreachable" not in roles
+        assert "Allowed" in {t["topic"] for t in backend.topics()["topics"]}
+    finally:
+        backend.close()

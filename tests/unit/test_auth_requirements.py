@@ -50,3 +50,17 @@ def test_telemetry_settings_need_the_producers_topics_or_the_consumers_group_and
     consumer = spb.TelemetryCommand(settings=pb.Settings(subscription=pb.Subscription(
         group=G, subscriptions=[pb.SubscriptionEntry(topic=T)])))
     assert telemetry_requirements(consumer) == [(SUB, group("readers")), (SUB, topic("orders"))]
+
+
+def test_every_method_of_every_service_of_ours_is_mapped() -> None:
+    """An unmapped method is for super users only: that is safe, but a new
+    method should be mapped on purpose."""
+    from rpcgen import dledger_pb2
+    from rpcgen.pydledger.admin.v1 import admin_pb2, operations_pb2
+    from rpcgen.pydledger.auth.v1 import auth_pb2
+    peer_only = {"Vote", "HeartBeat", "Push"}
+    for module in (dledger_pb2, admin_pb2, operations_pb2, auth_pb2):
+        for service in module.DESCRIPTOR.services_by_name.values():
+            missing = [m for m in service.methods_by_name
+                       if f"/{service.full_name}/{m}" not in REQUIREMENTS and m not in peer_only]
+            assert not missing, (service.full_name, missing)
