@@ -13,7 +13,7 @@ from cluster import certs
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError
 from dledger.rpc.credentials import ClientSecurity
-from tests.docker.compose import NODE_IDS, ROOT, ComposeProject, build_image, docker_unavailable_reason
+from tests.docker.compose import NODE_IDS, ROOT, ComposeProject, build_image, docker_unavailable_reason, run
 
 SKIP_REASON = docker_unavailable_reason()
 pytestmark = [
@@ -50,6 +50,7 @@ def test_the_secure_compose_cluster_serves_signed_tls_clients_only(tmp_path: Pat
         asyncio.run(_check(project.servers, ca))
     finally:
         project.down()
+        run("docker", "rmi", tag, check=False)
 
 
 async def _check(servers: list[str], ca: bytes) -> None:
