@@ -17,7 +17,7 @@ they print (issue 2), so both stay exactly as documented:
     dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...] [--seed N]
                   [--workload log|broker] [--out DIR] --json
     dledger replay (--data-dir DIR | --servers ...) --out DIR [--json] [--master URL]
-    dledger certs create --out DIR --nodes ID,... [--hosts HOST,...]
+    dledger certs create --out DIR --nodes ID,... [--hosts HOST,...] [--endpoints HOST:PORT,...]
     dledger user create|update|delete|list --servers ... [--name N --new-secret-file F --type Super|Normal]
     dledger acl create|delete|list --servers ... --subject User:N [--resource R ... --actions A,B --decision D]
     (every command that talks to a node also takes --user N --secret-file F --tls-ca F)
