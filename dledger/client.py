@@ -43,6 +43,7 @@ from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception,
 
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.rpc.channel import channel_options
+from dledger.rpc.credentials import ClientSecurity
 from dledger.rpc.request_stream import RequestStream, StreamFailure
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
@@ -202,8 +203,13 @@ class DLedgerClient:
                  deadline_s: float = 10.0, probe_timeout_s: float = 1.0,
                  append_timeout_s: float = 5.0, call_timeout_s: float = 3.0,
                  producer_id: str | None = None, coalesce: bool = True,
-                 max_inflight_appends: int = MAX_INFLIGHT_APPENDS, linger_s: float = 0.0) -> None:
+                 max_inflight_appends: int = MAX_INFLIGHT_APPENDS, linger_s: float = 0.0,
+                 security: ClientSecurity | None = None) -> None:
         self.servers = parse_servers(servers)
+        # Credentials and the CA (DLEDGER_USER, DLEDGER_SECRET_FILE,
+        # DLEDGER_TLS_CA when not given).
+        self.security = ClientSecurity.from_env() if security is None else security
+        self._signer = self.security.signer()
         self.group = group
         # None: a fresh random id (idempotent); "": not idempotent.
         self.producer_id = uuid.uuid4().hex if producer_id is None else producer_id
@@ -380,7 +386,9 @@ class DLedgerClient:
             def forget(broken: RequestStream) -> None:
                 if self._append_streams.get(stub) is broken:
                     del self._append_streams[stub]
-            stream = self._append_streams[stub] = RequestStream(stub.AppendStream(), forget)
+            # Signed once, when the stream opens: the server checks a call's
+            # credentials at its start.
+            stream = self._append_streams[stub] = RequestStream(stub.AppendStream(metadata=self._signed()), forget)
         return stream
 
     async def append_one(self, body: bytes) -> AppendResult:
@@ -390,7 +398,7 @@ class DLedgerClient:
         request = pb.GetRequest(header=self._header(), index=index)
 
         async def call(stub: Stub) -> pb.GetResponse:
-            return await stub.Get(request, timeout=self.call_timeout_s)
+            return await stub.Get(request, metadata=self._signed(), timeout=self.call_timeout_s)
 
         return (await self._on_leader(call, READ_RETRY)).entry
 
@@ -418,8 +426,11 @@ class DLedgerClient:
         """`server`'s own view, or None when it cannot be reached."""
         request = pb.MetadataRequest(header=self._header())
         try:
-            response = await self._stub(server).Metadata(request, timeout=self.probe_timeout_s)
+            response = await self._stub(server).Metadata(request, metadata=self._signed(),
+                                                         timeout=self.probe_timeout_s)
         except grpc.aio.AioRpcError as error:
+            if error.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                raise rpc_error(error, server) from None  # reachable, but refused: say why
             log.debug("metadata from %s failed: %s", server, rpc_error(error, server))
             return None
         failure = header_error(response.header, server)
@@ -464,7 +475,7 @@ class DLedgerClient:
         async def call(stub: Stub) -> pb.LeadershipTransferResponse | None:
             if self._leader_id == to_id:
                 return None  # done already (a retry after the hand-over)
-            return await stub.LeadershipTransfer(request, timeout=self.append_timeout_s)
+            return await stub.LeadershipTransfer(request, metadata=self._signed(), timeout=self.append_timeout_s)
 
         await self._on_leader(call, LEADER_MOVED | {ResponseCode.NETWORK_ERROR})
         return await self._retrying(READ_RETRY)(self._confirm_leader, to_id)
@@ -476,7 +487,7 @@ class DLedgerClient:
         request = pb.ListMembersRequest(header=self._header())
 
         async def call(stub: Stub) -> pb.ListMembersResponse:
-            return await stub.ListMembers(request, timeout=self.call_timeout_s)
+            return await stub.ListMembers(request, metadata=self._signed(), timeout=self.call_timeout_s)
 
         response = await self._on_leader(call, READ_RETRY)
         return [member_json(m) for m in response.members]
@@ -514,7 +525,7 @@ class DLedgerClient:
 
         async def call(stub: Stub) -> pb.ChangeMembershipResponse:
             attempts[0] += 1
-            return await stub.ChangeMembership(request, timeout=self.append_timeout_s)
+            return await stub.ChangeMembership(request, metadata=self._signed(), timeout=self.append_timeout_s)
 
         try:
             response = await self._on_leader(call, MEMBERSHIP_RETRY)
@@ -575,6 +586,7 @@ class DLedgerClient:
         servers = list(self.servers)
         probes = {asyncio.ensure_future(self.metadata(a)): a for a in servers}
         answers: dict[str, pb.MetadataResponse | None] = {}
+        refusal: BaseException | None = None
         pending = set(probes)
         try:
             while pending:
@@ -584,7 +596,10 @@ class DLedgerClient:
                 if not done:
                     break
                 for probe in done:
-                    answers[probes[probe]] = probe.result()
+                    failure = probe.exception()
+                    if failure is not None:   # reachable, but refused (credentials)
+                        refusal = failure
+                    answers[probes[probe]] = None if failure is not None else probe.result()
         finally:
             for probe in pending:
                 probe.cancel()
@@ -602,6 +617,8 @@ class DLedgerClient:
             if best is None or candidate[:2] > best[:2]:
                 best = candidate
         if best is None:
+            if refusal is not None:
+                raise refusal
             if all(a is None for a in answers.values()):
                 raise DLedgerError(ResponseCode.NETWORK_ERROR,
                                    f"no server reachable among {','.join(self.servers)}")
@@ -674,7 +691,7 @@ class DLedgerClient:
             request = pb.ReadRequest(header=self._header(), start_index=cursor.next_index,
                                      end_index=cursor.end_index, include_system=cursor.include_system,
                                      require_leader=address is None)
-            cursor.call = (self._stub(target).Read(request), target)
+            cursor.call = (self._stub(target).Read(request, metadata=self._signed()), target)
         call, target = cursor.call
         try:
             response = await asyncio.wait_for(call.read(), self.call_timeout_s)
@@ -727,13 +744,19 @@ class DLedgerClient:
                              retry=retry_if_exception(retryable), reraise=True,
                              before_sleep=_log_retry)
 
+    def _signed(self) -> tuple[tuple[str, str], ...] | None:
+        """The request signature's headers when the client has credentials."""
+        return self._signer.headers() if self._signer is not None else None
+
     def _header(self) -> pb.Header:
         return pb.Header(group=self.group)
 
     def _stub(self, address: str) -> Stub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            # Each call passes _signed() itself: no signing interceptor (it
+            # would cost every call tens of microseconds).
+            channel = self.security.channel(address, CHANNEL_OPTIONS, sign=False)
             self._channels[address] = channel
             stub = self._stubs[address] = Stub(channel)
         return stub

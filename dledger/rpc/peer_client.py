@@ -10,7 +10,9 @@ import time
 import grpc
 
 from dledger.config import DLedgerConfig
+from dledger.rpc import tls
 from dledger.rpc.channel import channel_options
+from dledger.rpc.credentials import signing_interceptors
 from dledger.rpc.request_stream import RequestStream, StreamFailure
 from dledger.transport import TransportError
 from rpcgen import dledger_pb2 as pb
@@ -30,7 +32,14 @@ RETIRED_CHANNEL_GRACE_S = 2.0
 
 
 class GrpcTransport:
-    def __init__(self, config: DLedgerConfig) -> None:
+    def __init__(self, config: DLedgerConfig, material: tls.TlsMaterial = tls.PLAINTEXT,
+                 signing: tuple[str, str] | None = None) -> None:
+        # With the cluster CA: mutual TLS, this node's certificate presented.
+        self._tls = material
+        # With auth on: (user, secret) of the bootstrap super user, which
+        # every member holds, so that peer calls pass a port that checks
+        # signatures (one shared port, without mutual TLS).
+        self._signing = signing
         self._addresses = {p.id: p.address for p in config.peers if p.id != config.self_id}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, dledger_pb2_grpc.DLedgerServiceStub] = {}
@@ -42,7 +51,8 @@ class GrpcTransport:
 
     def _open(self, peer_id: str) -> None:
         self._drop_stream(peer_id, "the channel was replaced")
-        channel = grpc.aio.insecure_channel(self._addresses[peer_id], options=CHANNEL_OPTIONS)
+        interceptors = signing_interceptors(*self._signing) if self._signing else None
+        channel = tls.channel(self._addresses[peer_id], CHANNEL_OPTIONS, material=self._tls, interceptors=interceptors)
         self._channels[peer_id] = channel
         self._stubs[peer_id] = dledger_pb2_grpc.DLedgerServiceStub(channel)
 
