@@ -32,6 +32,7 @@ from typing import Any
 
 from bench.proc_cpu import stat_fields
 from dledger.config import DLedgerConfig, PeerAddress
+from dledger.entry import CHANNEL_STATE_MACHINE
 from dledger.store.file_store import DLedgerFileStore
 from store.codec import MessageExt, encode, patch_offsets
 from store.socket_address import SocketAddress
@@ -70,7 +71,7 @@ def make_corpus(directory: str, mib: int) -> dict[str, Any]:
         def place(positions: list[int], batch: list[bytearray] = bodies) -> None:
             for body, pos in zip(batch, positions):  # what DLedgerCommitLog's append hook does
                 patch_offsets(body, int.from_bytes(body[20:28], "big"), pos + 48)
-        store.append_as_leader(bodies, term=1, prepare=place)
+        store.append_as_leader(bodies, term=1, prepare=place, channel=CHANNEL_STATE_MACHINE)
         count += len(bodies)
     store.set_committed_index(store.ledger_end_index)
     store.close()

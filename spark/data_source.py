@@ -20,8 +20,8 @@ from pyspark.sql.types import StructType
 
 from spark.log_files import LogFilesError
 from spark.log_source import committed_log, read_partition
-from spark.options import SourceOptions
-from spark.schema import SCHEMA
+from spark.options import OptionError, SourceOptions
+from spark.schema import SCHEMA, requested_columns
 
 FORMAT = "dledger"
 
@@ -35,20 +35,30 @@ class DLedgerDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return DLedgerBatchReader(SourceOptions.parse(self.options))
+        return DLedgerBatchReader(SourceOptions.parse(self.options), _checked(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from spark.stream_reader import DLedgerStreamReader
 
-        return DLedgerStreamReader(SourceOptions.parse(self.options))
+        return DLedgerStreamReader(SourceOptions.parse(self.options), _checked(schema))
+
+
+def _checked(schema: StructType) -> StructType:
+    """A query's own schema must be a subset of ours (see requested_columns)."""
+    try:
+        requested_columns(schema)
+    except ValueError as error:
+        raise OptionError(str(error)) from None
+    return schema
 
 
 class DLedgerBatchReader(DataSourceReader):
     """Plans once, on the driver: the committed index is read then, so the
     ranges (and the query's result) are fixed whatever is committed later."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType | None = None) -> None:
         self.options = options
+        self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
         log = committed_log(self.options)
@@ -63,4 +73,4 @@ class DLedgerBatchReader(DataSourceReader):
         return log.plan(first, last)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple]:
-        return read_partition(partition, self.options.topics, self.options.arrow)
+        return read_partition(partition, self.options.topics, self.options.arrow, self.schema)

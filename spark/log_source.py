@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
 
 from spark.entry_scan import scan_file_range
 from spark.live_log import committed_bounds, live_entries
@@ -19,6 +20,8 @@ from spark.log_files import LogFiles, LogFilesError
 from spark.options import SourceOptions
 from spark.partitions import FileRange, LiveRange, plan_file_ranges, plan_live_ranges, segment_spans
 from spark.row_builder import record_tuples, scanned_record_batches
+from spark.schema import COLUMNS, arrow_schema_of, requested_columns
+from spark.vector_decode import file_range_batches
 
 
 class CommittedLog(Protocol):
@@ -70,10 +73,15 @@ def committed_log(options: SourceOptions) -> CommittedLog:
     return LiveLog(options) if options.live else FileLog(options)
 
 
-def read_partition(partition: InputPartition, topics: frozenset[str] | None,
-                   arrow: bool = True) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
-    """The rows of one partition; what an executor runs."""
+def read_partition(partition: InputPartition, topics: frozenset[str] | None, arrow: bool = True,
+                   schema: StructType | None = None) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
+    """The rows of one partition; what an executor runs. `schema` (a subset
+    of the source's columns, see spark.schema.requested_columns) limits what
+    is decoded; None means every column."""
+    columns = requested_columns(schema)
     if isinstance(partition, FileRange):
+        if arrow:  # vectorised, with the row-by-row decoder only as its fallback and reference
+            return _conform(file_range_batches(partition, topics, columns), schema)
         entries = scan_file_range(partition)
     elif isinstance(partition, LiveRange):
         entries = live_entries(partition)
@@ -81,4 +89,19 @@ def read_partition(partition: InputPartition, topics: frozenset[str] | None,
         return iter(())  # Spark's stand-in when planning found nothing to read
     else:
         raise TypeError(f"not a dledger partition: {partition!r}")
-    return scanned_record_batches(entries, topics) if arrow else record_tuples(entries, topics)
+    if arrow:
+        batches = scanned_record_batches(entries, topics)
+        return _conform(batches if columns is None else (b.select(list(columns)) for b in batches), schema)
+    rows = record_tuples(entries, topics)
+    if columns is None:
+        return rows
+    at = [COLUMNS.index(name) for name in columns]
+    return (tuple(row[k] for k in at) for row in rows)
+
+
+def _conform(batches: Iterator[pa.RecordBatch], schema: StructType | None) -> Iterator[pa.RecordBatch]:
+    """Batches labelled with the Arrow schema PySpark expects for `schema`
+    (a query's own schema may call a column nullable that ours does not)."""
+    target = arrow_schema_of(schema)
+    for batch in batches:
+        yield batch if batch.schema.equals(target) else pa.RecordBatch.from_arrays(batch.columns, schema=target)

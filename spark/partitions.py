@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
+from dledger.entry import INDEX_RECORD_SIZE
 from spark.log_files import LogFiles, LogFilesError, SegmentFile
 
 
@@ -28,6 +29,9 @@ class FileRange(InputPartition):
     last_index: int
     pos: int | None
     previous_chain_crc: int | None
+    # (path, start, size) of the index files holding the range's records:
+    # entry positions for the vectorised decoder (spark/vector_decode.py).
+    index_segments: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,8 +97,13 @@ def _split_span(files: LogFiles, span: SegmentSpan, low: int, high: int,
         if record is None:
             raise LogFilesError(f"{files.base_dir}: no index record for entry {first}")
         ranges.append(FileRange(segment.path, segment.start, segment.size, first, following - 1, record[0],
-                                _previous_chain_crc(files, first)))
+                                _previous_chain_crc(files, first), _index_segments(files, first, following - 1)))
     return ranges
+
+
+def _index_segments(files: LogFiles, first: int, last: int) -> tuple[tuple[str, int, int], ...]:
+    low, high = first * INDEX_RECORD_SIZE, (last + 1) * INDEX_RECORD_SIZE
+    return tuple((s.path, s.start, s.size) for s in files.index if s.start < high and s.end > low)
 
 
 def _previous_chain_crc(files: LogFiles, index: int) -> int | None:

@@ -65,3 +65,27 @@ COLUMNS: Final = tuple(SCHEMA.fieldNames())
 # nullability included): derived from SCHEMA by PySpark's own conversion so the
 # two can never drift apart.
 ARROW_SCHEMA: Final[pa.Schema] = to_arrow_schema(SCHEMA, timezone="UTC")
+
+
+def requested_columns(schema: StructType | None) -> tuple[str, ...] | None:
+    """The columns a query asked for by giving its own schema (`.schema(...)`
+    before `.load()`, a subset of SCHEMA): only those are decoded, so a query
+    that leaves out `body` and `properties` never builds them. None: all.
+
+    PySpark's Python data sources get no column pruning from the optimizer,
+    so a schema is how a query says what it needs."""
+    if schema is None or schema == SCHEMA:
+        return None
+    ours = {field.name: field for field in SCHEMA.fields}
+    for field in schema.fields:
+        if field.name not in ours:
+            raise ValueError(f"schema: the dledger source has no column {field.name!r} "
+                             f"(columns: {', '.join(COLUMNS)})")
+        if field.dataType != ours[field.name].dataType:
+            raise ValueError(f"schema: column {field.name!r} is {ours[field.name].dataType.simpleString()}, "
+                             f"not {field.dataType.simpleString()}")
+    return tuple(field.name for field in schema.fields)
+
+
+def arrow_schema_of(schema: StructType | None) -> pa.Schema:
+    return ARROW_SCHEMA if schema is None or schema == SCHEMA else to_arrow_schema(schema, timezone="UTC")

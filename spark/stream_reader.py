@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
@@ -30,8 +31,9 @@ def offset(committed_index: int) -> dict[str, int]:
 
 
 class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType | None = None) -> None:
         self.options = options
+        self.schema = schema
         self._target: int | None = None  # the availableNow stop point
 
     def initialOffset(self) -> dict[str, int]:
@@ -76,7 +78,7 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return log.plan(first, last)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple]:
-        return read_partition(partition, self.options.topics, self.options.arrow)
+        return read_partition(partition, self.options.topics, self.options.arrow, self.schema)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: committed entries stay until retention takes them."""
