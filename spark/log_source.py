@@ -54,7 +54,8 @@ class FileLog:
         return begin, committed
 
     def plan(self, first_index: int, last_index: int) -> list[FileRange]:
-        return plan_file_ranges(self.files(), first_index, last_index, self.options.max_partition_bytes)
+        return plan_file_ranges(self.files(), first_index, last_index, self.options.max_partition_bytes,
+                                self.options.min_partitions)
 
 
 class LiveLog:
@@ -104,4 +105,8 @@ def _conform(batches: Iterator[pa.RecordBatch], schema: StructType | None) -> It
     (a query's own schema may call a column nullable that ours does not)."""
     target = arrow_schema_of(schema)
     for batch in batches:
-        yield batch if batch.schema.equals(target) else pa.RecordBatch.from_arrays(batch.columns, schema=target)
+        if batch.schema.equals(target):
+            yield batch
+        else:
+            yield pa.RecordBatch.from_arrays([column if column.type == field.type else column.cast(field.type)
+                                              for column, field in zip(batch.columns, target)], schema=target)

@@ -19,6 +19,7 @@ failOnDataLoss, max...PerTrigger) and say what they mean otherwise.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -26,6 +27,8 @@ from dledger.client import parse_servers
 
 DEFAULT_MAX_PARTITION_BYTES = 128 << 20  # Spark's spark.sql.files.maxPartitionBytes
 DEFAULT_ENTRIES_PER_PARTITION = 100_000
+# The planner runs on the driver: its cores are what local mode reads with.
+DEFAULT_MIN_PARTITIONS = os.cpu_count() or 1
 
 
 class OptionError(ValueError):
@@ -47,6 +50,7 @@ class SourceOptions:
     entries_per_partition: int
     fail_on_data_loss: bool
     arrow: bool = True
+    min_partitions: int = DEFAULT_MIN_PARTITIONS
 
     @property
     def live(self) -> bool:
@@ -75,6 +79,7 @@ class SourceOptions:
             or DEFAULT_ENTRIES_PER_PARTITION,
             fail_on_data_loss=_boolean("failOnDataLoss", values.get("failondataloss", "true")),
             arrow=_decode(values.get("decode", "arrow")),
+            min_partitions=_optional_integer(values, "minpartitions", 1) or DEFAULT_MIN_PARTITIONS,
         )
 
 

@@ -16,6 +16,10 @@ from dledger.entry import INDEX_RECORD_SIZE
 from spark.log_files import LogFiles, LogFilesError, SegmentFile
 
 
+# Spark's spark.sql.files.openCostInBytes: a task is worth at least this much reading.
+MIN_PARTITION_BYTES = 4 << 20
+
+
 @dataclass(frozen=True)
 class FileRange(InputPartition):
     """Entries first_index..last_index of one data segment, the first of them
@@ -63,11 +67,18 @@ def segment_spans(files: LogFiles) -> list[SegmentSpan]:
 
 
 def plan_file_ranges(files: LogFiles, first_index: int, last_index: int,
-                     max_partition_bytes: int) -> list[FileRange]:
+                     max_partition_bytes: int, min_partitions: int = 1) -> list[FileRange]:
     """Cut entries first_index..last_index into ranges: never across a segment,
     and, where the index files tell positions, at most about
-    `max_partition_bytes` each (a 1 GiB segment would otherwise be one task)."""
+    `max_partition_bytes` each (a 1 GiB segment would otherwise be one task).
+    As Spark's file sources do, a small read is cut finer so that it makes
+    about `min_partitions` tasks (no smaller than MIN_PARTITION_BYTES each)."""
     spans = segment_spans(files)
+    if min_partitions > 1 and first_index <= last_index:
+        first, last = files.index_record(first_index), files.index_record(last_index)
+        if first is not None and last is not None:
+            total = last[0] + last[1] - first[0]
+            max_partition_bytes = min(max_partition_bytes, max(MIN_PARTITION_BYTES, -(-total // min_partitions)))
     ranges: list[FileRange] = []
     for k, span in enumerate(spans):
         span_last = spans[k + 1].first_index - 1 if k + 1 < len(spans) else last_index

@@ -30,7 +30,7 @@ from typing import Final
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType,
+from pyspark.sql.types import (ArrayType, BinaryType, DataType, IntegerType, LongType, MapType, StringType,
                                StructField, StructType, TimestampType)
 
 KIND_MESSAGE: Final = "message"
@@ -81,7 +81,7 @@ def requested_columns(schema: StructType | None) -> tuple[str, ...] | None:
         if field.name not in ours:
             raise ValueError(f"schema: the dledger source has no column {field.name!r} "
                              f"(columns: {', '.join(COLUMNS)})")
-        if field.dataType != ours[field.name].dataType:
+        if _nullable(field.dataType) != _nullable(ours[field.name].dataType):
             raise ValueError(f"schema: column {field.name!r} is {ours[field.name].dataType.simpleString()}, "
                              f"not {field.dataType.simpleString()}")
     return tuple(field.name for field in schema.fields)
@@ -89,3 +89,13 @@ def requested_columns(schema: StructType | None) -> tuple[str, ...] | None:
 
 def arrow_schema_of(schema: StructType | None) -> pa.Schema:
     return ARROW_SCHEMA if schema is None or schema == SCHEMA else to_arrow_schema(schema, timezone="UTC")
+
+
+def _nullable(data_type: DataType) -> DataType:
+    """The type with every nested element nullable: a query's own schema may
+    say ARRAY<STRING> for our ARRAY<STRING NOT NULL>."""
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(_nullable(data_type.keyType), _nullable(data_type.valueType), True)
+    return data_type

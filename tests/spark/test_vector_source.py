@@ -8,7 +8,6 @@ import datetime
 import pytest
 from pyspark.sql.functions import unix_micros
 
-from spark.schema import COLUMNS
 from tests.spark.test_vector_decode import build_corpus, ranges, reference_table
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
@@ -31,10 +30,9 @@ def test_spark_reads_the_mixed_corpus_as_the_reference_decodes_it(spark_session,
     for got, want in zip(rows, expected):
         assert got == want, f"index {want['index']}"
     # A query's own schema: only these columns are decoded, and it may call them nullable.
-    pruned = spark_session.read.format("dledger").schema("index LONG, topic STRING, queue_offset LONG") \
+    pruned = spark_session.read.format("dledger").schema("index LONG, topic STRING, queue_offset LONG, keys ARRAY<STRING>") \
         .load(str(tmp_path)).where("topic = 'Payments'").orderBy("index").collect()
-    assert [tuple(r) for r in pruned] == [(w["index"], w["topic"], w["queue_offset"]) for w in expected
+    assert [tuple(r) for r in pruned] == [(w["index"], w["topic"], w["queue_offset"], w["keys"]) for w in expected
                                           if w["topic"] == "Payments"]
     with pytest.raises(Exception, match="no column 'bodyy'"):
         spark_session.read.format("dledger").schema("index LONG, bodyy BINARY").load(str(tmp_path)).collect()
-    assert set(COLUMNS) >= {"index", "topic"}
