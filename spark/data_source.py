@@ -32,7 +32,9 @@ class DLedgerDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        return SCHEMA
+        if SourceOptions.parse(self.options).include_properties:
+            return SCHEMA
+        return StructType([field for field in SCHEMA.fields if field.name != "properties"])
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return DLedgerBatchReader(SourceOptions.parse(self.options), _checked(schema))
@@ -63,7 +65,7 @@ class DLedgerBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         log = committed_log(self.options)
         begin, committed = log.bounds()
-        first = begin if self.options.start_index is None else self.options.start_index
+        first = batch_start_index(self.options, begin)
         if first < begin:
             raise LogFilesError(f"startIndex {first} is below the first entry still in the log ({begin}); "
                                 f"retention deleted the entries before it")
@@ -73,4 +75,20 @@ class DLedgerBatchReader(DataSourceReader):
         return log.plan(first, last)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch] | Iterator[tuple]:
-        return read_partition(partition, self.options.topics, self.options.arrow, self.schema)
+        return read_partition(partition, self.options, self.schema)
+
+
+def batch_start_index(options: SourceOptions, begin: int) -> int:
+    """Where a batch query starts: startIndex, or startingOffsets as an index;
+    earliest (the default) and per-queue JSON start at the log's beginning."""
+    if options.start_index is not None:
+        return options.start_index
+    starting = options.starting_offsets
+    if starting == "latest" and options.starting_given:
+        raise OptionError("startingOffsets=latest is for streams: a batch query from the latest offset reads "
+                          "nothing (give earliest, a log index or per-queue JSON)")
+    queues = options.starting_queue_offsets or {}
+    latest = [f"{topic}/{queue}" for topic, offsets in queues.items() for queue, v in offsets.items() if v == -1]
+    if latest:
+        raise OptionError(f"startingOffsets: -1 (latest) for {', '.join(latest)} reads nothing in a batch query")
+    return int(starting) if starting.isdigit() else begin

@@ -40,11 +40,14 @@ class FileRange(InputPartition):
 
 @dataclass(frozen=True)
 class LiveRange(InputPartition):
-    """Committed entries first_index..last_index, read from the group's leader."""
+    """Committed entries first_index..last_index: from `replicas` (addresses,
+    in the order to try them) and then from the group's leader."""
     servers: tuple[str, ...]
     group: str
     first_index: int
     last_index: int
+    replicas: tuple[str, ...] = ()
+    max_bytes_per_second: int | None = None
 
 
 @dataclass(frozen=True)
@@ -144,13 +147,19 @@ def _check_coverage(ranges: list[FileRange], first_index: int, last_index: int,
 
 
 def plan_live_ranges(servers: tuple[str, ...], group: str, first_index: int, last_index: int,
-                     entries_per_partition: int) -> list[LiveRange]:
+                     entries_per_partition: int, replicas: tuple[str, ...] = (),
+                     max_bytes_per_second: int | None = None, min_partitions: int = 1) -> list[LiveRange]:
     """Fixed index ranges, decided once at planning: re-running a task reads
-    the same committed entries, whoever leads by then."""
+    the same committed entries, whoever leads by then. Partition k tries the
+    replicas starting from the k-th, so reads spread over the followers."""
+    count = last_index - first_index + 1
+    if count > 0 and min_partitions > 1:
+        entries_per_partition = min(entries_per_partition, max(1, -(-count // min_partitions)))
     ranges: list[LiveRange] = []
     start = first_index
     while start <= last_index:
         end = min(last_index, start + entries_per_partition - 1)
-        ranges.append(LiveRange(servers, group, start, end))
+        k = len(ranges) % len(replicas) if replicas else 0
+        ranges.append(LiveRange(servers, group, start, end, replicas[k:] + replicas[:k], max_bytes_per_second))
         start = end + 1
     return ranges

@@ -34,5 +34,7 @@ def test_spark_reads_the_mixed_corpus_as_the_reference_decodes_it(spark_session,
         .load(str(tmp_path)).where("topic = 'Payments'").orderBy("index").collect()
     assert [tuple(r) for r in pruned] == [(w["index"], w["topic"], w["queue_offset"], w["keys"]) for w in expected
                                           if w["topic"] == "Payments"]
+    with pytest.raises(Exception, match="did you mean startIndex"):  # a typo is refused, not ignored
+        spark_session.read.format("dledger").option("startIndx", "40").load(str(tmp_path)).collect()
     with pytest.raises(Exception, match="no column 'bodyy'"):
         spark_session.read.format("dledger").schema("index LONG, bodyy BINARY").load(str(tmp_path)).collect()
