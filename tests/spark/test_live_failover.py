@@ -133,3 +133,14 @@ def test_a_follower_behind_the_pinned_index_is_never_read_past_what_it_holds(clu
     got = read_range(part)
     assert min(got) >= begin and max(got) <= committed
     assert {i: b for i, b in got.items() if i in sent} == {i: b for i, b in sent.items() if i <= committed}
+
+
+def test_max_bytes_per_second_throttles_a_partition(cluster):
+    servers = addresses(cluster)
+    sent = run(append(servers, 200, "slow"))
+    first, last = min(sent), max(sent)
+    run(wait_followers_committed(cluster, last))
+    total = sum(len(b) for b in sent.values())
+    started = time.monotonic()
+    got = read_range(LiveRange(servers, "default", first, last, (), max_bytes_per_second=total // 2))
+    assert got == sent and time.monotonic() - started >= 1.8  # two seconds' worth at that rate
