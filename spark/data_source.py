@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
+                                    DataSourceStreamWriter, DataSourceWriter, InputPartition)
 from pyspark.sql.types import StructType
 
 from spark.log_files import LogFilesError
@@ -43,6 +44,25 @@ class DLedgerDataSource(DataSource):
         from spark.stream_reader import DLedgerStreamReader
 
         return DLedgerStreamReader(SourceOptions.parse(self.options), _checked(schema))
+
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from spark.sink import DLedgerBatchWriter, SinkOptions
+
+        _refuse_overwrite(overwrite)
+        return DLedgerBatchWriter(SinkOptions.parse(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from spark.sink import DLedgerStreamWriter, SinkOptions
+
+        _refuse_overwrite(overwrite)
+        return DLedgerStreamWriter(SinkOptions.parse(self.options, schema))
+
+
+def _refuse_overwrite(overwrite: bool) -> None:
+    if overwrite:
+        raise OptionError("mode overwrite: a topic is only appended to (messages cannot be taken back); "
+                          "use mode('append')")
 
 
 def _checked(schema: StructType) -> StructType:
