@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 500
 SINK_OPTIONS = ("servers", "topic", "onBadRow", "batchSize", "failFirstAttemptAfterRows", "path")
+# What Spark itself hands a stream sink among its options.
+SPARK_OPTIONS = ("checkpointLocation",)
 # column -> the Spark types it may have
 COLUMN_TYPES: Mapping[str, tuple[type, ...]] = {
     "body": (BinaryType, StringType), "topic": (StringType,), "keys": (StringType, ArrayType),
@@ -69,7 +71,7 @@ class SinkOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> "SinkOptions":
         values = {key.lower(): value for key, value in options.items()}
-        known = {name.lower(): name for name in SINK_OPTIONS}
+        known = {name.lower(): name for name in SINK_OPTIONS + SPARK_OPTIONS}
         unknown = sorted(k for k in values if k not in known)
         if unknown:
             raise OptionError(f"unknown sink option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))};"
