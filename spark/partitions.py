@@ -75,13 +75,18 @@ def plan_file_ranges(files: LogFiles, first_index: int, last_index: int,
     and, where the index files tell positions, at most about
     `max_partition_bytes` each (a 1 GiB segment would otherwise be one task).
     As Spark's file sources do, a small read is cut finer so that it makes
-    about `min_partitions` tasks (no smaller than MIN_PARTITION_BYTES each)."""
+    about `min_partitions` tasks (no smaller than MIN_PARTITION_BYTES each),
+    and a large one into a multiple of `min_partitions` tasks."""
     spans = segment_spans(files)
     if min_partitions > 1 and first_index <= last_index:
         first, last = files.index_record(first_index), files.index_record(last_index)
         if first is not None and last is not None:
             total = last[0] + last[1] - first[0]
-            max_partition_bytes = min(max_partition_bytes, max(MIN_PARTITION_BYTES, -(-total // min_partitions)))
+            # A multiple of min_partitions tasks, so that the cores finish together
+            # (3 tasks on 2 cores leave one idle for a third of the read).
+            count = max(min_partitions, -(-total // max_partition_bytes))
+            count = -(-count // min_partitions) * min_partitions
+            max_partition_bytes = max(MIN_PARTITION_BYTES, -(-total // count))
     ranges: list[FileRange] = []
     for k, span in enumerate(spans):
         span_last = spans[k + 1].first_index - 1 if k + 1 < len(spans) else last_index
