@@ -192,12 +192,13 @@ class _RangeReader:
             try:
                 entry = await self.stream.__anext__()
             except StopAsyncIteration:
+                # The node served the whole range: it refuses a range above
+                # its committed index up front, and a read ends only at the
+                # range's end (the log's own entries, such as a term's NOOP,
+                # are left out, so the last entry delivered may be earlier).
                 await self._drop()
-                if self.next_index > self.part.last_index:
-                    return None
-                # A node ended the stream early: only what it had committed.
-                await self._fail_over("ended early")
-                continue
+                self.next_index = self.part.last_index + 1
+                return None
             except DLedgerError as error:
                 await self._drop()
                 if self.sources[0] is None:
