@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dledger.entry import CHANNEL_STATE_MACHINE, HEADER_SIZE, INDEX_RECORD_SIZE, MAGIC_NORMAL, VALID_MAGICS
-from spark.entry_scan import MAGIC_CLIENT_NORMAL, scan_file_range
+from spark.entry_scan import scan_file_range
 from spark.partitions import FileRange
 from spark.row_builder import RowBatchBuilder, keys_from_raw
 from spark.schema import ARROW_SCHEMA, KIND_MESSAGE, KIND_RAW, KIND_SYSTEM
