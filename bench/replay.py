@@ -16,7 +16,11 @@
    own Parquet reader over the same rows (written once from the source,
    untimed, into CORPUS/parquet): interleaved runs, best of --runs, and the
    ratio to Parquet (vs_parquet; above 1 is faster than Parquet).
-4. stream_latency: three node processes; a streaming query in live mode with
+4. with --live N: spark_live_replicas / spark_live_leader / spark_file: a
+   three-node group holding N raw 1 KiB entries read live (from followers,
+   the default, and from the leader) and from a follower's files, with each
+   node's CPU per row read.
+5. stream_latency: three node processes; a streaming query in live mode with
    a 0.2 s trigger; time from an append's commit acknowledgement to the row
    appearing in a micro-batch, p50 and max over 10 appends.
 """
@@ -209,6 +213,80 @@ def bench_spark(corpus: str, info: dict[str, Any], decodes: tuple[str, ...], run
         spark.stop()
 
 
+def bench_live(entries: int, runs: int = 2) -> None:
+    """Live mode (`option("servers", ...)`, reading from followers by default,
+    and with preferReplicas=false from the leader) against file mode over a
+    node's files of the same three-node group: `entries` raw 1 KiB entries,
+    count and bytes, best of `runs` each, interleaved; with the CPU each
+    node spent per row read (the leader's is what a replay takes from writers)."""
+    from bench.proc_cpu import cpu_seconds
+    from cluster.process_cluster import ProcessCluster, find_leader
+    from dledger.client import DLedgerClient
+    from spark.session import build_session
+
+    base = Path(tempfile.mkdtemp(prefix="bench-live-"))
+    cluster = ProcessCluster(base, extra_args=["--data-file-size", str(256 << 20), "--index-file-size",
+                                               str(8 << 20), "--preallocate", "false"])
+    cluster.start()
+    servers = ",".join(cluster.addresses.values())
+    loop = asyncio.new_event_loop()
+
+    async def fill() -> tuple[str, int]:
+        async with DLedgerClient(servers) as client:
+            leader = await find_leader(client, list(cluster.addresses.values()), timeout=60.0)
+            body, last = os.urandom(BODY_BYTES), 0
+            for _ in range(0, entries, 500):
+                last = (await client.append([body] * 500)).last_index
+            return leader, last
+
+    spark = build_session("local[2]", app_name="bench-live")
+    try:
+        leader, last = loop.run_until_complete(fill())
+        follower = next(n for n in cluster.ids if n != leader)
+        node_dir = str(cluster.base / follower)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the node's checkpoint catches up within its interval
+            if read_properties_committed(node_dir, follower) >= last:
+                break
+            time.sleep(0.2)
+        frames = {"live_replicas": lambda: spark.read.format("dledger").option("servers", servers).load(),
+                  "live_leader": lambda: spark.read.format("dledger").option("servers", servers)
+                  .option("preferReplicas", "false").load(),
+                  "file": lambda: spark.read.format("dledger").load(node_dir)}
+        pids = {n: p.pid for n, p in cluster.procs.items()}
+        times: dict[str, list[float]] = {name: [] for name in frames}
+        node_cpu: dict[str, list[dict[str, float]]] = {name: [] for name in frames}
+        rows: dict[str, int] = {}
+        for _ in range(runs):
+            for name, frame in frames.items():
+                before = {n: cpu_seconds(pid) for n, pid in pids.items()}
+                started = time.monotonic()
+                result = frame().selectExpr("count(*) AS rows", "sum(length(body))", "max(index)").first()
+                times[name].append(time.monotonic() - started)
+                node_cpu[name].append({n: cpu_seconds(pid) - before[n] for n, pid in pids.items()})
+                rows[name] = result["rows"]
+        for name in frames:
+            best = times[name].index(min(times[name]))
+            cpu = node_cpu[name][best]
+            emit(f"spark_{name}", times[name][best], rows[name], rows[name] * (BODY_BYTES + 48),
+                 runs_s=[round(t, 2) for t in times[name]],
+                 node_cpu_us_per_row={("leader " if n == leader else "") + n: round(c / rows[name] * 1e6, 1)
+                                      for n, c in cpu.items()},
+                 vs_file=round(min(times["file"]) / times[name][best], 2))
+    finally:
+        spark.stop()
+        loop.close()
+        cluster.stop_all()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def read_properties_committed(node_dir: str, node_id: str) -> int:
+    from dledger.store.properties import read_properties
+
+    path = os.path.join(node_dir, f"dledger-{node_id}", "checkpoint")
+    return int(read_properties(path)["committedIndex"]) if os.path.exists(path) else -1
+
+
 def bench_stream_latency(appends: int = 10) -> None:
     from cluster.process_cluster import ProcessCluster, find_leader
     from dledger.client import DLedgerClient
@@ -264,12 +342,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="timed runs of each Spark query (best is reported)")
     parser.add_argument("--skip-tuples", action="store_true")
     parser.add_argument("--skip-streaming", action="store_true")
+    parser.add_argument("--live", type=int, default=0, metavar="N",
+                        help="also compare live mode with file mode on N entries of a three-node group")
     args = parser.parse_args()
     args.corpus = args.corpus or os.path.join(tempfile.gettempdir(), f"pydledger-replay-{args.mib}")
     info = make_corpus(args.corpus, args.mib)
     print(json.dumps({"bench": "corpus", "path": args.corpus, **info}), flush=True)
     bench_python(args.corpus, info)
     bench_spark(args.corpus, info, ("arrow",) if args.skip_tuples else ("arrow", "tuples"), args.runs)
+    if args.live:
+        bench_live(args.live)
     if not args.skip_streaming:
         bench_stream_latency()
 
