@@ -64,6 +64,8 @@ class DLedgerLeaderElector:
         self.last_contact: dict[str, float] = {}
         self.leader_since = 0.0
         self.next_preferred_check_at = 0.0
+        # Why this node must not lead now (DLedgerServer.leadership_vetoes).
+        self.vetoes: list[Callable[[], str]] = []
         self._heartbeats: set[asyncio.Task[bool]] = set()
         self.read_index = ReadIndex(member_state, lambda: self.voter_peers, self._acks_needed, self._heartbeat,
                                     config.rpc_timeout_s)
@@ -155,10 +157,12 @@ class DLedgerLeaderElector:
             ms.change_to_candidate()
             self.next_vote_at = now + self._election_timeout()
             return 0.0
-        if self.store.read_only_reason:
-            # A leader that cannot write commits nothing, and its heartbeats
-            # would keep the followers, who can, from electing one that does.
-            log.warning("stepping down in term %d: %s", ms.term, self.store.read_only_reason)
+        reason = self.store.read_only_reason or self._vetoed()
+        if reason:
+            # A leader that cannot write commits nothing (or whose state
+            # machine stopped answers nothing), and its heartbeats would keep
+            # the followers, who can, from electing one that does.
+            log.warning("stepping down in term %d: %s", ms.term, reason)
             ms.change_to_candidate()
             self.next_vote_at = now + self._election_timeout()
             return 0.0
@@ -185,7 +189,8 @@ class DLedgerLeaderElector:
         if now < self.next_vote_at:
             return self.next_vote_at - now
         ms = self.member_state
-        if self.store.read_only_reason or ms.repairing or not self.is_voter or (ms.cluster_seen and not ms.joined):
+        if self.store.read_only_reason or ms.repairing or not self.is_voter or (ms.cluster_seen and not ms.joined) \
+                or self._vetoed():
             # A node that cannot write (disk full) must not lead: it could not
             # even append the entry that opens its term. Nor may one whose log
             # lacks entries it once acknowledged (repairing), nor a learner or
@@ -222,6 +227,9 @@ class DLedgerLeaderElector:
             ms.change_to_leader(term)
             return
         self._lost(result.max_term, f"vote in term {term}: {result.accepted} accepted")
+
+    def _vetoed(self) -> str:
+        return next((reason for veto in self.vetoes if (reason := veto())), "")
 
     def _must_join(self) -> bool:
         """A node that lost its state learned, while campaigning, that a

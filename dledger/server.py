@@ -63,6 +63,11 @@ class DLedgerServer:
         # Each returns the first index its owner (a state machine built on the
         # log, such as the message store) still needs; retention keeps it.
         self.retention_floors: list[Callable[[], int]] = []
+        # Each returns why this node must not lead now ("" when it may): a
+        # state machine built on the log that has stopped (the message
+        # store's apply loop) would answer every client with an error, so
+        # such a node neither campaigns nor stays leader while others can.
+        self.leadership_vetoes: list[Callable[[], str]] = []
         self.loop_lag = LoopLagMonitor()
         self.repairs = 0   # times this process found damage and started a repair
         self._hand_over: asyncio.Task[None] | None = None   # after this leader removed itself
@@ -81,6 +86,7 @@ class DLedgerServer:
         self.elector = DLedgerLeaderElector(self.config, self.member_state, self.store, self.transport,
                                             self.clock, self.observer, self._peer_watermark,
                                             self.pusher.handler.advance_commit, self.membership)
+        self.elector.vetoes = self.leadership_vetoes
         self.pusher.on_removed = self._hand_over_after_removal
         self.pusher.load_producers(self._producers_path)
         self._producers_snapshot_index = self.pusher.producers.applied_index

@@ -174,6 +174,9 @@ class MessageStore:
         # of it yet, nothing may go).
         self.server.retention_floors.append(lambda: self.checkpoint.applied_index + 1)
         self.server.retention_floors.append(self._snapshot_floor)
+        # A store whose apply loop stopped answers every client with an error:
+        # its node leaves leading to one whose store works.
+        self.server.leadership_vetoes.append(self._stopped_reason)
         log.info("message store %s: %s, %d ConsumeQueues (%d units past the committed log dropped), "
                  "applying from entry %d (committed %d)", config.store_dir,
                  "recovering after a crash" if crashed else "clean start", len(queues), dropped,
@@ -218,6 +221,10 @@ class MessageStore:
         time: the periodic flush and the one at shutdown must not interleave."""
         async with self._flush_lock:
             await self._flush_once()
+
+    def _stopped_reason(self) -> str:
+        failure = self.reput.failure if self.reput is not None else None
+        return f"the message store stopped: {failure}" if failure is not None else ""
 
     async def _flush_once(self) -> None:
         reput, queues = self._require_started()

@@ -469,3 +469,21 @@ async def test_a_store_derived_before_entries_were_tagged_starts_only_in_legacy_
         assert cluster.stores[victim].topics.get("T") is not None
     finally:
         await cluster.stop()
+
+
+async def test_a_node_whose_apply_loop_stopped_hands_leadership_to_one_whose_store_works(tmp_path):
+    """Its broker would answer every client with an error: it steps down, does
+    not campaign, and a node whose store works leads and takes writes."""
+    from store.errors import StoreFailedError
+    cluster = StoreCluster(str(tmp_path))
+    await cluster.start()
+    try:
+        await cluster.create_topic("T", queues=1)
+        leader = await cluster.wait_leader()
+        cluster.stores[leader].reput.failure = StoreFailedError("entry 7: a decoding bug (injected)")
+        new = await cluster.wait_leader(among=[n for n in cluster.servers if n != leader], timeout=10)
+        await cluster.stores[new].put_messages([message("T", b"after")])
+        await asyncio.sleep(1.5)     # several election timeouts: it never takes leadership back
+        assert not cluster.servers[leader].member_state.is_leader
+    finally:
+        await cluster.stop()
