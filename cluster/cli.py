@@ -34,7 +34,7 @@ from typing import Any, Awaitable, Callable
 from cluster import broker_cli
 from cluster.chaos.command import add_arguments as add_chaos_arguments
 from cluster.config import ConfigError, add_node_arguments, broker_settings_from_args, config_from_args
-from cluster.cli_args import non_negative_int, positive_int, servers_arg
+from cluster.cli_args import address_arg, non_negative_int, positive_float, positive_int, servers_arg
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError
 
@@ -223,6 +223,16 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group))
 
 
+def cmd_nameserver(args: argparse.Namespace) -> int:
+    from cluster.node import configure_logging
+    from namesrv.server import NameServerConfig, run_nameserver
+
+    configure_logging(f"namesrv {args.listen}", args.log_level)
+    config = NameServerConfig(listen=args.listen, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
+                              expiry_s=args.expiry, scan_interval_s=args.scan_interval)
+    return asyncio.run(run_nameserver(config))
+
+
 def cmd_chaos(args: argparse.Namespace) -> int:
     from cluster.chaos.command import run as run_chaos
 
@@ -278,6 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="node i serves gRPC on BASE+i and metrics on BASE+100+i")
     up.add_argument("--group", default="default")
     up.set_defaults(run=cmd_cluster_up)
+
+    _add_nameserver_parser(commands)
 
     status = _client_parser(commands, "status", "every node's role, term and indexes")
     status.set_defaults(run=cmd_status)
@@ -354,6 +366,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_nameserver_parser(commands: Any) -> None:
+    from namesrv.server import DEFAULT_EXPIRY_S, DEFAULT_SCAN_INTERVAL_S
+
+    parser = commands.add_parser("nameserver", help="run a name server (broker groups register, clients look "
+                                                     "routes up) in the foreground")
+    parser.add_argument("--listen", type=address_arg, required=True, metavar="HOST:PORT")
+    parser.add_argument("--metrics-port", type=positive_int, metavar="P", help="serve Prometheus metrics on P")
+    parser.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST")
+    parser.add_argument("--expiry", type=positive_float, default=DEFAULT_EXPIRY_S, metavar="SECONDS",
+                        help=f"drop a group not heard from for this long (default {DEFAULT_EXPIRY_S:.0f})")
+    parser.add_argument("--scan-interval", type=positive_float, default=DEFAULT_SCAN_INTERVAL_S,
+                        metavar="SECONDS", help=f"how often to look for such groups "
+                                                f"(default {DEFAULT_SCAN_INTERVAL_S:.0f})")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.set_defaults(run=cmd_nameserver)
+
+
 def _add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     try:
         from spark.replay_command import add_arguments
@@ -371,7 +400,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.run is cmd_bench_append and args.duration <= 0:
         parser.error("bench append: --duration must be positive")
     broker_cli.check_usage(parser, args)
-    if args.run in (cmd_node, cmd_cluster_up, cmd_chaos, cmd_replay):
+    if args.run in (cmd_node, cmd_cluster_up, cmd_chaos, cmd_replay, cmd_nameserver):
         return args.run(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
