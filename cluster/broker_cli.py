@@ -39,7 +39,7 @@ from typing import Any, Awaitable, Callable
 from broker.client import (AdminClient, ClientError, Message, NotFoundError, OffsetPolicy, Producer, PullConsumer,
                            ReceivedMessage, SendReceipt, SimpleConsumer)
 from broker.client.admin import MESSAGE_TYPES
-from cluster.cli_args import non_negative_int, positive_int, servers_arg
+from cluster.cli_args import non_negative_int, positive_float, positive_int, servers_arg
 
 # Messages per send call for `send --count` (the producer batches them).
 SEND_CHUNK = 1000
@@ -407,11 +407,21 @@ def add_node_broker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a consumer of an unknown group creates it (default true)")
     parser.add_argument("--default-queues", type=positive_int, metavar="N",
                         help="queues of an auto-created topic (default 8)")
+    parser.add_argument("--namesrv-addrs", type=servers_arg, metavar="HOST:PORT[,...]",
+                        help="name servers this broker group registers with (several groups, one cluster)")
+    parser.add_argument("--cluster-name", metavar="NAME", help="the cluster the group registers under "
+                                                               "(default DefaultCluster)")
+    parser.add_argument("--register-interval", type=positive_float, metavar="SECONDS",
+                        help="how often the group's leader registers with the name servers (default 30)")
 
 
 def broker_settings(args: argparse.Namespace) -> dict[str, Any]:
     """BrokerConfig overrides from the node flags that were given."""
     flags = {"auto_create_topic": "auto_create_topic", "auto_create_group": "auto_create_group",
-             "default_queues": "default_queue_nums"}
-    return {field: getattr(args, dest) for dest, field in flags.items() if getattr(args, dest, None) is not None}
+             "default_queues": "default_queue_nums", "cluster_name": "cluster_name",
+             "register_interval": "register_interval_s"}
+    settings = {field: getattr(args, dest) for dest, field in flags.items() if getattr(args, dest, None) is not None}
+    if getattr(args, "namesrv_addrs", None):
+        settings["namesrv_addrs"] = tuple(args.namesrv_addrs)
+    return settings
 

@@ -113,7 +113,7 @@ class Node:
                                   self.server, store_host(config))
         # The broker registers its state machines with the store before the
         # store replays the log into them.
-        self.broker = Broker(broker_settings, self.store, self.server)
+        self.broker = Broker(broker_settings, self.store, self.server, self.metrics.on_registration)
         try:
             await self.store.start()
         except StoreStartError as error:
