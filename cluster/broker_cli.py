@@ -39,6 +39,7 @@ from typing import Any, Awaitable, Callable
 from broker.client import (AdminClient, ClientError, Message, NotFoundError, OffsetPolicy, Producer, PullConsumer,
                            ReceivedMessage, SendReceipt, SimpleConsumer)
 from broker.client.admin import MESSAGE_TYPES
+from cluster import groups_cli
 from cluster.cli_args import non_negative_int, positive_float, positive_int, servers_arg
 
 # Messages per send call for `send --count` (the producer batches them).
@@ -97,11 +98,31 @@ def _reports_errors(name: str, command: Callable[[argparse.Namespace], Awaitable
 # ------------------------------------------------------------------- topics
 
 async def cmd_topic_create(args: argparse.Namespace) -> int:
+    groups = await groups_cli.find_groups(args.servers)
+    if len(groups) > 1 or args.groups:
+        return await _topic_create_in_groups(args, groups)
     async with AdminClient(args.servers) as admin:
         topic, created = await admin.create_topic(args.topic, args.queues or 0, args.type, args.permission)
     line = {**topic.to_json(), "created": created}
     print(dumps(line) if args.json else
           f"topic {topic.topic} {'created' if created else 'exists'}: {topic.queues} queues, {topic.message_type}")
+    return 0
+
+
+async def _topic_create_in_groups(args: argparse.Namespace, groups: list[groups_cli.Group]) -> int:
+    """Several broker groups: the topic gets --queues queues in each group
+    (or in each of --groups)."""
+    results = await groups_cli.create_topic(groups, args.topic, args.queues or 0, args.type, args.permission,
+                                            args.groups)
+    merged = groups_cli.merged_topic_json(args.topic, [(g, t) for g, t, _ in results])
+    created = {g: c for g, _, c in results}
+    for group in merged["groups"]:
+        group["created"] = created[group["group"]]
+    line = {**merged, "created": any(created.values())}
+    print(dumps(line) if args.json else
+          f"topic {args.topic}: {merged['queues']} queues in "
+          + ", ".join(f"{g['group']} ({g['queues']}, {'created' if g['created'] else 'exists'})"
+                      for g in merged["groups"]))
     return 0
 
 
@@ -121,6 +142,16 @@ async def cmd_topic_delete(args: argparse.Namespace) -> int:
 
 
 async def cmd_topic_list(args: argparse.Namespace) -> int:
+    groups = await groups_cli.find_groups(args.servers)
+    if len(groups) > 1:
+        topics = groups_cli.by_topic(await groups_cli.list_topics(groups, args.all))
+        merged = [groups_cli.merged_topic_json(name, per_group) for name, per_group in topics.items()]
+        if args.json:
+            print(dumps({"topics": merged}))
+        for t in [] if args.json else merged:
+            print(f"{t['topic']}  queues={t['queues']} type={t['type']} permission={t['permission']} "
+                  f"messages={t['messages']} groups=" + ",".join(f"{g['group']}:{g['queues']}" for g in t["groups"]))
+        return 0
     async with AdminClient(args.servers) as admin:
         topics = await admin.list_topics(include_system=args.all)
     if args.json:
@@ -129,6 +160,24 @@ async def cmd_topic_list(args: argparse.Namespace) -> int:
         for t in topics:
             print(f"{t.topic}  queues={t.queues} type={t.message_type} permission={t.permission} "
                   f"messages={t.messages}")
+    return 0
+
+
+async def cmd_topic_describe(args: argparse.Namespace) -> int:
+    """Where each queue of a topic lives: group, queue id, offsets."""
+    groups = await groups_cli.find_groups(args.servers)
+    listed = await groups_cli.list_topics(groups, include_system=True)
+    per_group = [(g, t) for g, t in listed if t.topic == args.topic]
+    if not per_group:
+        return fail("topic describe", f"no broker group holds topic {args.topic!r}")
+    merged = groups_cli.merged_topic_json(args.topic, per_group)
+    if args.json:
+        print(dumps(merged))
+        return 0
+    print(f"topic {args.topic}: {merged['queues']} queues, {merged['type']}, {merged['permission']}")
+    for group in merged["groups"]:
+        for q in group["offsets"]:
+            print(f"  {group['group']}/{q['queue_id']}  min={q['min_offset']} max={q['max_offset']}")
     return 0
 
 
@@ -280,6 +329,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _names_arg(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected NAME[,NAME...], got {text!r}")
+    return names
+
+
 def bool_arg(text: str) -> bool:
     lowered = text.lower()
     if lowered in ("true", "yes", "1", "on"):
@@ -338,6 +394,8 @@ def _add_topic_commands(commands: Any) -> None:
     create.add_argument("--queues", type=positive_int, metavar="N", help="queues (default: the broker's, 8)")
     create.add_argument("--type", default="normal", choices=MESSAGE_TYPES)
     create.add_argument("--permission", default="read_write", choices=["read", "write", "read_write", "none"])
+    create.add_argument("--groups", type=_names_arg, metavar="g0,g1",
+                        help="the broker groups to create it in (default: every group)")
     update = _parser(sub, "update", "change a topic: more queues, type, permission", cmd_topic_update,
                      "topic update")
     update.add_argument("--topic", required=True)
@@ -348,6 +406,9 @@ def _add_topic_commands(commands: Any) -> None:
     delete.add_argument("--topic", required=True)
     listing = _parser(sub, "list", "every topic with its queues", cmd_topic_list, "topic list")
     listing.add_argument("--all", action="store_true", help="also retry, dead-letter and internal topics")
+    describe = _parser(sub, "describe", "where each queue of a topic lives (group, queue, offsets)",
+                       cmd_topic_describe, "topic describe")
+    describe.add_argument("--topic", required=True)
 
 
 def _add_group_commands(commands: Any) -> None:

@@ -62,6 +62,8 @@ def status_json(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def status_table(rows: list[dict[str, Any]]) -> str:
     columns = ["id", "address", "role", "term", "leader_id", "ledger_begin_index",
                "ledger_end_index", "committed_index", "pid", "metrics_address"]
+    if len({r.get("group") for r in rows}) > 1:
+        columns.insert(0, "group")
     cells = [columns] + [["-" if r[c] is None else str(r[c]) for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
@@ -81,8 +83,10 @@ def make_bodies(first: int, count: int, size: int) -> list[bytes]:
 # ---------------------------------------------------------------- commands
 
 async def cmd_status(args: argparse.Namespace) -> int:
-    async with DLedgerClient(args.servers, args.group) as client:
-        rows = await client.cluster_status()
+    from cluster.groups_cli import status_rows
+
+    # Every group the given nodes (and their name servers) know of.
+    rows = await status_rows(args.servers, args.group)
     print(dumps(status_json(rows)) if args.json else status_table(rows))
     if all(r["role"] == "unreachable" for r in rows):
         return fail("status", "no node reachable")
@@ -214,13 +218,16 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
-    from cluster.launcher import cluster_up, plan_nodes
+    from cluster.launcher import cluster_up, plan_groups, plan_nodes
 
     try:
-        plan_nodes(args.nodes, args.data_dir, args.base_port)
+        if args.groups > 1:
+            plan_groups(args.groups, args.nodes, args.data_dir, args.base_port)
+        else:
+            plan_nodes(args.nodes, args.data_dir, args.base_port)
     except ValueError as error:
         return fail("cluster up", str(error), code=2)
-    return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group))
+    return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group, args.groups))
 
 
 def cmd_nameserver(args: argparse.Namespace) -> int:
@@ -287,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--base-port", type=positive_int, default=20911,
                     help="node i serves gRPC on BASE+i and metrics on BASE+100+i")
     up.add_argument("--group", default="default")
+    up.add_argument("--groups", type=positive_int, default=1,
+                    help="broker groups g0..g<G-1> behind a name server on BASE+90 (metrics BASE+190); node i of "
+                         "group g is g<g>n<i> on BASE+10g+i (metrics BASE+100+10g+i)")
     up.set_defaults(run=cmd_cluster_up)
 
     _add_nameserver_parser(commands)
