@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from typing import Any, AsyncIterator, Iterable, Mapping
 import grpc
 
 from broker.client.base import BaseClient
+from broker.client.connection import Connection
+from broker.client.groups import GroupConnections
 from broker.client.config import ClientConfig
 from broker.client.errors import BadRequestError, ClientError, check_status, error_for
 from broker.client.message import ReceivedMessage, duration, from_protocol
@@ -72,6 +75,10 @@ class SimpleConsumer(BaseClient):
         self._topic_turn = itertools.count()
         self._queue_turn = itertools.count()
         self.acks = _AckBatcher(self, max_ack_entries)
+        # Several broker groups: a connection per group, each told of the
+        # consumer group once (its Heartbeat creates it there).
+        self.groups = GroupConnections(self.config, self.connection.client_id)
+        self._greeted: set[str] = set()
 
     def settings(self) -> pb.Settings:
         settings = super().settings()
@@ -97,6 +104,21 @@ class SimpleConsumer(BaseClient):
     async def close(self) -> None:
         await self.acks.close()
         await super().close()
+        await self.groups.close()
+
+    async def _connection_for(self, queue: pb.MessageQueue, several_groups: bool) -> Connection:
+        """The configured servers' connection with one group; the queue's
+        group's own with several."""
+        if not several_groups:
+            return self.connection
+        connection = self.groups.get(queue)
+        if connection.broker_name not in self._greeted:
+            await self.heartbeat_on(connection)
+            self._greeted.add(connection.broker_name)
+        return connection
+
+    def _ack_connection(self, broker_name: str) -> Connection:
+        return (self.groups.by_name(broker_name) if broker_name else None) or self.connection
 
     # ------------------------------------------------------------ receive
     async def receive(self, max_messages: int = 32, invisible_duration: float | timedelta = DEFAULT_INVISIBLE_S,
@@ -112,7 +134,13 @@ class SimpleConsumer(BaseClient):
         queues = route.readable
         if not queues:
             raise BadRequestError(pb.FORBIDDEN, f"topic {topic!r} has no readable queue")
+        several_groups = len({q.broker.name for q in queues}) > 1
+        if several_groups:
+            # A group that just failed is left alone for its back-off window.
+            now = time.monotonic()
+            queues = [q for q in queues if self.groups.faults.available(q.broker.name, now)] or queues
         queue = queues[next(self._queue_turn) % len(queues)]
+        connection = await self._connection_for(queue, several_groups)
         polling = self.await_duration_s if await_duration_s is None else await_duration_s
         request = spb.ReceiveMessageRequest(
             group=self.connection.resource(self.consumer_group), message_queue=queue,
@@ -121,12 +149,23 @@ class SimpleConsumer(BaseClient):
             long_polling_timeout=duration(polling),
             # The same id on a retry lets the broker hand back the same batch.
             attempt_id=uuid.uuid4().hex)
-        return await self.connection.call(f"receive from {topic!r}",
-                                          lambda address: self._receive_once(address, request, polling))
+        try:
+            received = await connection.call(f"receive from {topic!r}",
+                                             lambda address: self._receive_once(connection, address, request,
+                                                                                polling))
+        except ClientError:
+            if several_groups:
+                self.groups.faults.failed(queue.broker.name, time.monotonic())
+                self.routes.invalidate(topic)
+            raise
+        if several_groups:
+            self.groups.faults.succeeded(queue.broker.name)
+            for message in received:
+                message.broker_name = queue.broker.name
+        return received
 
-    async def _receive_once(self, address: str, request: spb.ReceiveMessageRequest,
+    async def _receive_once(self, connection: Connection, address: str, request: spb.ReceiveMessageRequest,
                             polling: float) -> list[ReceivedMessage]:
-        connection = self.connection
         call = connection.messaging(address).ReceiveMessage(
             request, metadata=connection.headers(), timeout=polling + self.config.request_timeout_s)
         messages: list[ReceivedMessage] = []
@@ -174,7 +213,7 @@ class SimpleConsumer(BaseClient):
         """Extend (or shorten: 0 is "deliver again now") a message's lease; the
         message's receipt handle is replaced by the new one."""
         self.require_started()
-        connection = self.connection
+        connection = self._ack_connection(message.broker_name)
         request = spb.ChangeInvisibleDurationRequest(
             group=connection.resource(self.consumer_group), topic=connection.resource(message.topic),
             receipt_handle=message.receipt_handle, invisible_duration=duration(invisible_duration),
@@ -193,10 +232,12 @@ class SimpleConsumer(BaseClient):
                                       else timedelta(seconds=invisible_duration))
         return message
 
-    async def ack_call(self, topic: str, entries: list[spb.AckMessageEntry]) -> dict[str, ClientError | None]:
-        """One AckMessage call (retried for retriable failures); the outcome
-        per receipt handle: None for acknowledged, else the error."""
-        connection = self.connection
+    async def ack_call(self, topic: str, entries: list[spb.AckMessageEntry],
+                       broker_name: str = "") -> dict[str, ClientError | None]:
+        """One AckMessage call (retried for retriable failures) to the group
+        the messages came from; the outcome per receipt handle: None for
+        acknowledged, else the error."""
+        connection = self._ack_connection(broker_name)
         outcome: dict[str, ClientError | None] = {}
         remaining = list(entries)
 
@@ -241,6 +282,7 @@ class SimpleConsumer(BaseClient):
 @dataclass
 class _PendingAck:
     topic: str
+    broker_name: str
     entry: spb.AckMessageEntry
     future: asyncio.Future[ClientError | None] = field(repr=False)
 
@@ -258,7 +300,8 @@ class _AckBatcher:
 
     def add(self, messages: Iterable[ReceivedMessage]) -> list[asyncio.Future[ClientError | None]]:
         loop = asyncio.get_running_loop()
-        added = [_PendingAck(m.topic, spb.AckMessageEntry(message_id=m.message_id, receipt_handle=m.receipt_handle),
+        added = [_PendingAck(m.topic, m.broker_name,
+                             spb.AckMessageEntry(message_id=m.message_id, receipt_handle=m.receipt_handle),
                              loop.create_future()) for m in messages]
         self._queue.extend(added)
         self._drain()
@@ -271,23 +314,26 @@ class _AckBatcher:
 
     def _drain(self) -> None:
         while self._queue and self._inflight < MAX_INFLIGHT_ACKS:
-            topic = self._queue[0].topic
+            # One call per topic and broker group (an ack goes to the group
+            # the message came from).
+            topic, broker_name = self._queue[0].topic, self._queue[0].broker_name
             batch: list[_PendingAck] = []
             kept: deque[_PendingAck] = deque()
             while self._queue and len(batch) < self.max_entries:
                 pending = self._queue.popleft()
-                (batch if pending.topic == topic else kept).append(pending)
+                same = pending.topic == topic and pending.broker_name == broker_name
+                (batch if same else kept).append(pending)
             kept.extend(self._queue)
             self._queue = kept
             self._inflight += 1
-            task = asyncio.ensure_future(self._send(topic, batch))
+            task = asyncio.ensure_future(self._send(topic, broker_name, batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, topic: str, batch: list[_PendingAck]) -> None:
+    async def _send(self, topic: str, broker_name: str, batch: list[_PendingAck]) -> None:
         try:
             try:
-                outcome = await self.consumer.ack_call(topic, [p.entry for p in batch])
+                outcome = await self.consumer.ack_call(topic, [p.entry for p in batch], broker_name)
             except Exception as error:  # noqa: BLE001 - every waiting ack gets it
                 failure = error if isinstance(error, ClientError) else ClientError(pb.INTERNAL_ERROR, str(error))
                 outcome = {p.entry.receipt_handle: failure for p in batch}

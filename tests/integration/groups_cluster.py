@@ -12,6 +12,8 @@ import grpc
 
 from cluster.process_cluster import NameServerProcess, ProcessCluster, find_leader
 from dledger.client import DLedgerClient
+from store import codec
+from store.errors import MessageDecodeError
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.pydledger.admin.v1 import admin_pb2 as apb
 from rpcgen.pydledger.admin.v1 import admin_pb2_grpc
@@ -98,3 +100,17 @@ class GroupsCluster:
                     break
                 assert answer.status.code == pb.HA_NOT_AVAILABLE and time.monotonic() < deadline, answer.status
                 await asyncio.sleep(0.2)
+
+    async def stored_ids(self, group: str, topic: str) -> list[str]:
+        """The message ids of `topic` in `group`'s committed log, in log order
+        (read with the DLedger client and the store's codec, not the broker)."""
+        ids = []
+        async with DLedgerClient(self.addresses(group), group) as client:
+            async for entry in client.read():
+                try:
+                    message = codec.decode(entry.body)
+                except MessageDecodeError:
+                    continue  # a system entry
+                if message.topic == topic:
+                    ids.append(message.uniq_key or "")
+        return ids

@@ -9,16 +9,24 @@ design promises."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import time
+from collections import Counter
+from pathlib import Path
 
 import grpc
 import pytest
 
+from broker.client import ClientError, Message, Producer, SimpleConsumer
+from broker.client.message import SendReceipt
 from cluster.process_cluster import free_ports
 from dledger.client import DLedgerClient
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
+from rpcgen.pydledger.admin.v1 import admin_pb2 as apb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2 as npb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2_grpc
 from tests.integration.consume_helpers import METADATA
@@ -42,6 +50,7 @@ async def _prepare(cluster: GroupsCluster) -> None:
     await cluster.wait_registered()
     await cluster.create_topic("Spread", 4)
     await cluster.create_topic("OnlyG1", 2, groups=["g1"])
+    await cluster.create_topic("SpreadFifo", 2, message_type=apb.FIFO)
 
 
 async def query_route(address: str, topic: str) -> spb.QueryRouteResponse:
@@ -121,6 +130,128 @@ async def test_a_node_claiming_a_group_it_is_not_in_is_refused_by_the_name_serve
     assert answer.status.code == pb.FORBIDDEN and "member of group 'g1'" in answer.status.message
     info = await groups.cluster_info()
     assert {g.broker_name: g.leader_id[:2] for g in info.groups} == {"g0": "g0", "g1": "g1"}
+
+
+async def test_our_producer_spreads_over_both_groups_and_our_consumer_receives_and_acks_from_each(groups):
+    topic = "Spread"
+    async with Producer(groups.addresses("g0")[:1]) as producer:
+        receipts = await asyncio.gather(*(producer.send(Message(topic, b"m%d" % i)) for i in range(120)))
+        fifo = [await producer.send(Message("SpreadFifo", b"f%d" % i, message_group="order-7")) for i in range(20)]
+    where = Counter(r.broker_name for r in receipts)
+    assert set(where) == {"g0", "g1"} and min(where.values()) >= 30, where
+    assert len({(r.broker_name, r.queue_id) for r in fifo}) == 1     # one message group, one queue
+    fifo_group = fifo[0].broker_name
+    assert await groups.stored_ids(fifo_group, "SpreadFifo") == [r.message_id for r in fifo]   # in order
+    for group in ("g0", "g1"):
+        stored = set(await groups.stored_ids(group, topic))
+        assert {r.message_id for r in receipts if r.broker_name == group} <= stored
+
+    wanted = {r.message_id: r.broker_name for r in receipts}
+    got: dict[str, str] = {}
+    async with SimpleConsumer(groups.addresses("g1")[1:2], "OurGroup", {topic: "*"}, await_duration_s=1) as consumer:
+        deadline = time.monotonic() + 60
+        while not set(wanted) <= set(got) and time.monotonic() < deadline:
+            messages = await consumer.receive(32, invisible_duration=30)
+            await consumer.ack(*messages)   # raises if any ack is refused (a handle sent to the wrong group)
+            got.update((m.message_id, m.broker_name) for m in messages)
+    assert set(wanted) <= set(got)
+    assert all(got[m] == wanted[m] for m in wanted)              # received from (and acked to) its group
+
+
+async def test_our_client_looks_routes_up_at_a_name_server_and_skips_one_that_is_down(groups):
+    down = f"127.0.0.1:{free_ports(1)[0]}"
+    async with Producer(groups.addresses("g1")[:1], namesrv_addrs=(down, groups.namesrv.address)) as producer:
+        receipts = [await producer.send(Message("Spread", b"n%d" % i)) for i in range(10)]
+        assert {q.broker.name for q in (await producer.routes.route("Spread")).queues} == {"g0", "g1"}
+    assert {r.broker_name for r in receipts} == {"g0", "g1"}
+
+
+async def test_the_official_client_sends_to_and_receives_from_both_groups(groups):
+    await groups.create_topic("OfficialSpread", 2)
+    await wait_route(groups, groups.addresses("g0")[0], "OfficialSpread", {"g0": [0, 1], "g1": [0, 1]})
+    # The official client cannot share a process with our generated code
+    # (both register apache.rocketmq.v2), so it runs in its own.
+    script = textwrap.dedent(f"""
+        import time
+        from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+        config = ClientConfiguration({groups.addresses("g0")[0]!r}, Credentials())
+        producer = Producer(config, ("OfficialSpread",))
+        producer.startup()
+        sent = set()
+        try:
+            for i in range(16):
+                m = Message(); m.topic = "OfficialSpread"; m.body = b"official-%d" % i
+                sent.add(producer.send(m).message_id)
+        finally:
+            producer.shutdown()
+        print("SENT", " ".join(sorted(sent)))
+        consumer = SimpleConsumer(config, "OfficialSpreadGroup", {{"OfficialSpread": FilterExpression()}},
+                                  await_duration=5)
+        consumer.startup()
+        try:
+            got = set()
+            deadline = time.time() + 60
+            while not sent <= got and time.time() < deadline:
+                for message in consumer.receive(16, 15):
+                    consumer.ack(message)
+                    got.add(message.message_id)
+            print("RECEIVED", " ".join(sorted(got)))
+        finally:
+            consumer.shutdown()
+        """)
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", script], capture_output=True, text=True,
+                                   timeout=150, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("SENT", "RECEIVED")))
+    sent, received = set(lines["SENT"].split()), set(lines["RECEIVED"].split())
+    assert len(sent) == 16 and sent <= received
+    stored = {g: set(await groups.stored_ids(g, "OfficialSpread")) for g in ("g0", "g1")}
+    assert stored["g0"] and stored["g1"] and sent <= stored["g0"] | stored["g1"]
+    print(f"official client: {len(sent & stored['g0'])} sends stored in g0, {len(sent & stored['g1'])} in g1")
+
+
+async def test_killing_a_groups_leader_fails_no_send_and_the_group_takes_its_share_again(groups):
+    topic = "Failover"
+    await groups.create_topic(topic, 4)
+    await wait_route(groups, groups.addresses("g1")[0], topic, {"g0": [0, 1, 2, 3], "g1": [0, 1, 2, 3]})
+    g0 = groups.groups["g0"]
+    victim = await groups.leader("g0")
+    acked: list[tuple[float, SendReceipt]] = []
+    failures: list[BaseException] = []
+    async with Producer(groups.addresses("g1")) as producer:
+        start = time.monotonic()
+        stop_at = start + 9.0
+
+        async def sender(worker: int) -> None:
+            i = 0
+            while time.monotonic() < stop_at:
+                try:
+                    receipt = await producer.send(Message(topic, b"w%d-%d" % (worker, i)))
+                    acked.append((time.monotonic(), receipt))
+                except ClientError as error:
+                    failures.append(error)
+                i += 1
+
+        senders = [asyncio.ensure_future(sender(w)) for w in range(8)]
+        await asyncio.sleep(1.5)
+        g0.kill(victim)
+        killed = time.monotonic()
+        await asyncio.gather(*senders)
+    try:
+        assert failures == []
+        before = Counter(r.broker_name for t, r in acked if t < killed)
+        after = Counter(r.broker_name for t, r in acked if t > killed + 5.0)
+        assert before["g0"] > 0 and before["g1"] > 0, before
+        assert after["g0"] > 0 and after["g1"] > 0, after         # g0 took its share again
+        print(f"sends before the kill {dict(before)}, from 5 s after it {dict(after)}; "
+              f"retries {producer.connection.retries}")
+        for group in ("g0", "g1"):
+            stored = set(await groups.stored_ids(group, topic))
+            lost = {r.message_id for _, r in acked if r.broker_name == group} - stored
+            assert not lost, (group, len(lost))
+    finally:
+        g0.start(victim)
+    await groups.wait_registered()
 
 
 async def test_a_leader_change_is_seen_at_the_name_server_within_a_second(groups):
