@@ -11,6 +11,7 @@ import logging
 
 import grpc
 
+from dledger.rpc.channel import channel_options
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2 as npb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2_grpc
@@ -28,7 +29,10 @@ class NameServerClient:
     def stub(self, address: str) -> namesrv_pb2_grpc.NameServerStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+            # A name server restarted is reached again within half a second,
+            # not after gRPC's default backoff (up to 120 s).
+            channel = self._channels[address] = grpc.aio.insecure_channel(
+                address, options=channel_options(16 << 20, max_reconnect_backoff_ms=500))
         return namesrv_pb2_grpc.NameServerStub(channel)
 
     def _in_turn(self) -> list[str]:

@@ -4,7 +4,8 @@ Tools outside this project depend on these command forms and on the JSON
 they print (issue 2), so both stay exactly as documented:
 
     dledger node --id ID --peers ID=HOST:PORT,... --data-dir DIR [--metrics-port P]
-    dledger cluster up [--nodes 3] [--data-dir ./data] [--base-port 20911]
+    dledger cluster up [--nodes 3] [--data-dir ./data] [--base-port 20911] [--groups 1]
+    dledger nameserver --listen HOST:PORT [--metrics-port P] [--expiry 120] [--scan-interval 10]
     dledger status --servers HOST:PORT[,...] --json
     dledger append --servers ... (--data TEXT | --count N --size BYTES) --json
     dledger get --servers ... --index I --json

@@ -58,6 +58,9 @@ MAX_INFLIGHT_REQUESTS = 4
 MAX_BATCH_MESSAGES = 1000
 MAX_BATCH_BYTES = 4 << 20
 DEFAULT_MAX_BODY_BYTES = 4 << 20
+# With several broker groups, a call is split over them only when each
+# share would carry at least this many messages.
+MIN_SHARE_MESSAGES = 16
 
 _ids = MessageIdGenerator()
 
@@ -197,12 +200,15 @@ class Producer(BaseClient):
             else:
                 free.append(message)
         calls = [self._send_fifo(route, group, topic, part) for group, part in fifo.items()]
-        # Round robin by message: a call's messages are split over the groups
-        # that are not avoided, so that every group works on every batch.
+        # Round robin by call; a large call is split over the groups that are
+        # not avoided (every group works on a burst), a small one is not (a
+        # replicated batch costs about the same whatever it carries, so
+        # halving small batches would only add calls).
         now = time.monotonic()
         usable = [g for g in groups if self.groups.faults.available(g, now)] or groups
         turn = next(self._group_turn)
-        shares = [free[i::len(usable)] for i in range(len(usable))]
+        parts = max(1, min(len(usable), len(free) // MIN_SHARE_MESSAGES))
+        shares = [free[i::parts] for i in range(parts)]
         calls += [self._send_across(route, groups, topic, share, usable[(turn + i) % len(usable)])
                   for i, share in enumerate(shares) if share]
         results: dict[str, SendReceipt | ClientError] = {}
