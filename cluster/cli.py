@@ -233,7 +233,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
 def cmd_nameserver(args: argparse.Namespace) -> int:
     from cluster.node import configure_logging
-    from namesrv.server import NameServerConfig, run_nameserver
+    from cluster.nameserver import NameServerConfig, run_nameserver
 
     configure_logging(f"namesrv {args.listen}", args.log_level)
     config = NameServerConfig(listen=args.listen, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
@@ -378,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_nameserver_parser(commands: Any) -> None:
-    from namesrv.server import DEFAULT_EXPIRY_S, DEFAULT_SCAN_INTERVAL_S
+    from cluster.nameserver import DEFAULT_EXPIRY_S, DEFAULT_SCAN_INTERVAL_S
 
     parser = commands.add_parser("nameserver", help="run a name server (broker groups register, clients look "
                                                      "routes up) in the foreground")

@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from cluster.process_cluster import free_ports
-from namesrv.server import NameServer, NameServerConfig
+from cluster.nameserver import NameServer, NameServerConfig
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2 as npb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2_grpc

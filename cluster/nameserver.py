@@ -1,4 +1,4 @@
-"""Run a name server: `dledger nameserver --listen HOST:PORT [--metrics-port P]`.
+"""Run a name server (namesrv/): `dledger nameserver --listen HOST:PORT [--metrics-port P]`.
 
 One gRPC port (the NameServer service and gRPC health), an optional metrics
 port, and one task: the scanner, which drops groups not heard from for the
