@@ -33,6 +33,9 @@ from bench.proc_cpu import CpuMeter
 from broker.client import AdminClient
 from cluster.broker_bench import bench_consume, bench_send
 from cluster.process_cluster import NameServerProcess, ProcessCluster
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2 as npb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2_grpc
 
@@ -83,6 +86,19 @@ async def wait_ready(namesrv: NameServerProcess, clusters: dict[str, ProcessClus
     for cluster in clusters.values():
         async with AdminClient(list(cluster.addresses.values()), deadline_s=60) as admin:
             await admin.create_topic(TOPIC, QUEUES_PER_GROUP, "normal")
+    # Until a route from g0 shows every group (each leader registers the
+    # topic a moment after creating it): a producer caches its first route.
+    async with grpc.aio.insecure_channel(next(iter(clusters["g0"].addresses.values()))) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        request = spb.QueryRouteRequest(topic=pb.Resource(name=TOPIC), endpoints=pb.Endpoints(
+            scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)]))
+        while True:
+            route = await stub.QueryRoute(request, metadata=[("x-mq-client-id", "bench-groups")], timeout=10)
+            if len({q.broker.name for q in route.message_queues}) == len(clusters):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the route of {TOPIC} does not show every group")
+            await asyncio.sleep(0.1)
 
 
 def cpu_line(meter: CpuMeter, messages: int, clusters: dict[str, ProcessCluster]) -> dict[str, Any]:

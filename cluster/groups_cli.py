@@ -9,6 +9,7 @@ server this is exactly the group of the given servers.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,8 @@ import grpc
 from broker.client import AdminClient, TopicInfo
 from dledger.client import DLedgerClient
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
 from rpcgen.pydledger.admin.v1 import admin_pb2 as apb
 from rpcgen.pydledger.admin.v1 import admin_pb2_grpc
 
@@ -91,11 +94,35 @@ async def create_topic(groups: list[Group], topic: str, queues: int, message_typ
                        wanted: list[str] | None) -> list[tuple[str, TopicInfo, bool]]:
     """Create the topic in each selected group: (group, topic, created)."""
     results = []
-    for group in select_groups(groups, wanted):
+    selected = select_groups(groups, wanted)
+    for group in selected:
         async with AdminClient(group.addresses) as admin:
             info, created = await admin.create_topic(topic, queues, message_type, permission)
         results.append((group.name, info, created))
+    await wait_routed(selected, topic)
     return results
+
+
+async def wait_routed(groups: list[Group], topic: str, timeout_s: float = 10.0) -> None:
+    """Until a route of `topic` lists every one of `groups` (each group's
+    leader registers a new topic with the name servers a moment after
+    creating it; a client that looked the route up before would keep the
+    partial route for its refresh interval). Gives up quietly at the timeout."""
+    wanted = {g.name for g in groups}
+    request = spb.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=pb.Endpoints(
+        scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)]))
+    deadline = time.monotonic() + timeout_s
+    async with grpc.aio.insecure_channel(groups[0].addresses[0]) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                route = await stub.QueryRoute(request, metadata=[("x-mq-client-id", "dledger-cli")],
+                                              timeout=PROBE_TIMEOUT_S)
+                if wanted <= {q.broker.name for q in route.message_queues}:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            await asyncio.sleep(0.05)
 
 
 async def list_topics(groups: list[Group], include_system: bool) -> list[tuple[str, TopicInfo]]:

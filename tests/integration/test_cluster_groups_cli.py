@@ -99,6 +99,13 @@ def test_cluster_up_with_two_groups_and_topics_across_them(two_groups):
     unknown = dledger("topic", "create", "--servers", one, "--topic", "X", "--groups", "g7", check=False)
     assert unknown.returncode == 2 and "no broker group 'g7'" in unknown.stderr
 
+    # `bench send` makes its topic in every group, and the producer spreads over them.
+    bench = json.loads(dledger("bench", "send", "--servers", one, "--topic", "BenchWide", "--duration", "1",
+                               "--inflight", "8", "--json").stdout)
+    assert bench["messages"] > 0 and bench["errors"] == 0
+    spread = dledger_json("topic", "describe", "--servers", one, "--topic", "BenchWide", "--json")
+    assert [g["group"] for g in spread["groups"]] == ["g0", "g1"] and all(g["messages"] > 0 for g in spread["groups"])
+
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{base + 190}/metrics", timeout=5).read().decode()
     assert "dledger_namesrv_groups_registered 2.0" in metrics
     node_metrics = urllib.request.urlopen(f"http://127.0.0.1:{base + 110}/metrics", timeout=5).read().decode()
