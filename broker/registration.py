@@ -23,7 +23,7 @@ from typing import Callable, Hashable
 
 import grpc
 
-from broker.admin import is_system_topic
+from broker import validation
 from broker.config import BrokerConfig
 from broker.leadership import LeaderGate
 from broker.namesrv_client import NameServerClient
@@ -55,6 +55,13 @@ def registration_due(last: Sent | None, fingerprint: Hashable, now: float, inter
     return now - last.at >= (interval_s if last.ok else min(retry_s, interval_s))
 
 
+def registered(topic: str) -> bool:
+    """Topics clients may route to: every topic but the broker's internal
+    ones (retry and dead-letter topics are routed, as RocketMQ registers them,
+    so that a dead-letter queue can be read from every group)."""
+    return not (topic in validation.SYSTEM_TOPICS or topic.startswith(validation.SYSTEM_TOPIC_PREFIX))
+
+
 class BrokerRegistrar:
     def __init__(self, config: BrokerConfig, gate: LeaderGate, names: NameServerClient,
                  observer: Observer | None = None) -> None:
@@ -82,7 +89,7 @@ class BrokerRegistrar:
         topics = [npb.TopicRouteConfig(topic=c.topic_name, read_queue_nums=c.read_queue_nums,
                                        write_queue_nums=c.write_queue_nums, perm=c.perm,
                                        message_type=c.message_type)
-                  for name, c in sorted(self.store.topics.topics.items()) if not is_system_topic(name)]
+                  for name, c in sorted(self.store.topics.topics.items()) if registered(name)]
         if self.config.auto_create_topic:
             # The default topic's route is where unknown topics are created.
             queues = self.config.default_queue_nums

@@ -166,6 +166,31 @@ async def test_our_producer_spreads_over_both_groups_and_our_consumer_receives_a
         {m for m, g in wanted.items() if g == "g1"}
 
 
+async def test_a_message_not_acknowledged_comes_back_from_its_own_group(groups):
+    topic = "Retried"
+    await groups.create_topic(topic, 1)
+    await wait_route(groups, groups.addresses("g0")[0], topic, {"g0": [0], "g1": [0]})
+    async with Producer(groups.addresses("g0")[:1]) as producer:
+        sent = {(await producer.send(Message(topic, b"r%d" % i))).broker_name for i in range(4)}
+    assert sent == {"g0", "g1"}
+    first: dict[str, str] = {}
+    async with SimpleConsumer(groups.addresses("g0")[:1], "RetryGroup", {topic: "*"},
+                              await_duration_s=1) as consumer:
+        deadline = time.monotonic() + 30
+        while len(first) < 4 and time.monotonic() < deadline:
+            for m in await consumer.receive(8, invisible_duration=30):
+                first.setdefault(m.message_id, m.broker_name)
+                await consumer.change_invisible_duration(m, 0)   # a nack, sent to its group: back at once
+        again: dict[str, tuple[str, int]] = {}
+        while len(again) < 4 and time.monotonic() < deadline:
+            messages = await consumer.receive(8, invisible_duration=30)
+            again.update((m.message_id, (m.broker_name, m.delivery_attempt)) for m in messages
+                         if m.delivery_attempt > 1)
+            await consumer.ack(*messages)
+    assert set(first.values()) == {"g0", "g1"}
+    assert {m: g for m, (g, _) in again.items()} == first                # redelivered by the group that has it
+
+
 async def test_our_client_looks_routes_up_at_a_name_server_and_skips_one_that_is_down(groups):
     down = f"127.0.0.1:{free_ports(1)[0]}"
     async with Producer(groups.addresses("g1")[:1], namesrv_addrs=(down, groups.namesrv.address)) as producer:
