@@ -3,9 +3,11 @@
 Tools depend on these forms and on the JSON they print (issue 4):
 
     dledger topic create --servers ... --topic T [--queues N] [--type normal|fifo|delay|transaction|mixed]
+                         [--groups g0,g1]
     dledger topic update --servers ... --topic T [--queues N] [--type ...] [--permission read|write|read_write]
     dledger topic delete --servers ... --topic T
     dledger topic list   --servers ... [--all] --json
+    dledger topic describe --servers ... --topic T --json
     dledger group create --servers ... --group G [--max-retries N] [--fifo]
     dledger group update --servers ... --group G [--max-retries N] [--fifo true|false]
     dledger group list   --servers ... --json
@@ -23,7 +25,11 @@ queue_offset (and transaction_id, recall_handle when the broker gave one).
 body_base64, tag, keys, queue_id, queue_offset, delivery_attempt (and
 message_group, properties), acknowledging each once printed.
 
-In `send`, `--group` is the message group (FIFO); in `consume` and `group`,
+With several broker groups (behind name servers), `topic create` makes N
+queues in every group (or in each of --groups) and its JSON, like each topic
+of `topic list`, adds "groups": [{"group", "queues", "messages", "offsets"
+(, "created")}, ...] with "queues" and "messages" summed; one group's output
+is unchanged. In `send`, `--group` is the message group (FIFO); in `consume` and `group`,
 the consumer group. Exit codes: 0 success, 1 a failure (message on stderr),
 2 a usage error.
 """
