@@ -31,6 +31,11 @@ from rpcgen.pydledger.namesrv.v1 import namesrv_pb2 as npb
 
 log = logging.getLogger(__name__)
 
+# A client's QueryRoute waits for this lookup (the official clients allow a
+# call 3 s): a name server that does not answer is given up on quickly, the
+# next one asked, and with none this group's own queues are the answer.
+ROUTE_LOOKUP_TIMEOUT_S = 1.0
+
 
 def group_queues(route: npb.TopicRoute) -> list[pb.MessageQueue]:
     """A route's queues in the group the name server names, broker id 0 and
@@ -52,7 +57,7 @@ class ClusterRoutes:
         first where it is missing everywhere (the caller leads this group)."""
         local = self.topics.get(topic)
         queues = self.topics.queues_of(local) if local is not None else []
-        answer = await self.names.route_by_topic(topic)
+        answer = await self.names.route_by_topic(topic, ROUTE_LOOKUP_TIMEOUT_S)
         for route in answer.routes if answer is not None else ():
             if route.group.broker_name != self.config.broker_name:
                 queues += group_queues(route)

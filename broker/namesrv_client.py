@@ -40,13 +40,13 @@ class NameServerClient:
         start = next(self._turn) % len(self.addresses)
         return list(self.addresses[start:] + self.addresses[:start])
 
-    async def route_by_topic(self, topic: str) -> npb.RouteByTopicResponse | None:
+    async def route_by_topic(self, topic: str, timeout_s: float | None = None) -> npb.RouteByTopicResponse | None:
         """The first answer (OK or TOPIC_NOT_FOUND) of any name server; None
         when none answers."""
         for address in self._in_turn():
             try:
                 answer = await self.stub(address).RouteByTopic(npb.RouteByTopicRequest(topic=topic),
-                                                               timeout=self.timeout_s)
+                                                               timeout=timeout_s or self.timeout_s)
             except grpc.aio.AioRpcError as error:
                 log.debug("name server %s: %s", address, error.code().name)
                 continue
