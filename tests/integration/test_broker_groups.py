@@ -321,8 +321,12 @@ async def test_a_group_that_stops_registering_expires_and_comes_back(groups):
 
 
 async def test_a_name_server_restarted_empty_relearns_every_group_within_one_interval(groups):
+    """(And while it is down, each node routes to its own group.)"""
     await groups.wait_registered()
     groups.namesrv.kill()
+    # With no name server, a node answers with its own group's queues.
+    route = await query_route(groups.addresses("g1")[0], "Spread")
+    assert route.status.code == pb.OK and by_group(route.message_queues) == {"g1": [0, 1, 2, 3]}
     groups.namesrv.start()
     deadline = time.monotonic() + 30
     while True:   # the process takes a moment to start
