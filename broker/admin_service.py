@@ -13,6 +13,7 @@ import grpc
 from broker.admin import Admin, QueueLag, is_system_topic, permission_of
 from broker.broker import Broker
 from broker.errors import BrokerError
+from broker.operations_service import add_operations_service
 from broker.status import ok, status_of
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.pydledger.admin.v1 import admin_pb2 as apb
@@ -25,8 +26,10 @@ Handler = Callable[[Any], Awaitable[Any]]
 
 
 def add_admin_service(broker: Broker, server: grpc.aio.Server) -> None:
-    """Serve the admin service on a node's gRPC server (cluster/node.py)."""
+    """Serve the admin services on a node's gRPC server (cluster/node.py):
+    this one, and OperationsService (message query, offsets, resend)."""
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(broker), server)
+    add_operations_service(broker, server)
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):

@@ -45,7 +45,7 @@ from typing import Any, Awaitable, Callable
 from broker.client import (AdminClient, ClientError, Message, NotFoundError, OffsetPolicy, Producer, PullConsumer,
                            ReceivedMessage, SendReceipt, SimpleConsumer)
 from broker.client.admin import MESSAGE_TYPES
-from cluster import groups_cli
+from cluster import groups_cli, ops_cli
 from cluster.cli_args import non_negative_int, positive_float, positive_int, servers_arg
 
 # Messages per send call for `send --count` (the producer batches them).
@@ -367,6 +367,7 @@ def add_broker_commands(commands: Any) -> None:
     """`topic`, `group`, `send`, `consume` under the `dledger` parser."""
     _add_topic_commands(commands)
     _add_group_commands(commands)
+    ops_cli.add_commands(commands, _parser)
 
     send = _parser(commands, "send", "send messages through the broker", cmd_send, "send")
     what = send.add_mutually_exclusive_group(required=True)
@@ -433,6 +434,7 @@ def _add_group_commands(commands: Any) -> None:
     lag = _parser(sub, "lag", "committed offset against queue end, per queue", cmd_group_lag, "group lag")
     lag.add_argument("--group", required=True)
     lag.add_argument("--topic", help="one topic (default: every topic the group has offsets in)")
+    ops_cli.add_group_commands(sub, _parser)
 
 
 def add_bench_commands(bench_commands: Any) -> None:
@@ -462,6 +464,7 @@ def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     """Checks argparse cannot express (called by cluster/cli.py)."""
     if getattr(args, "command", None) == "send" and args.count is not None and args.size is None:
         parser.error("send: --count needs --size")
+    ops_cli.check_usage(parser, args)
 
 
 # ------------------------------------------------------------- node flags

@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cluster.console.backend import Target
+from cluster.console.server import ConsoleHttpServer, start_console_server, stop_console_server
 from dledger.status import NodeStatus
 
 log = logging.getLogger(__name__)
@@ -173,9 +175,18 @@ class NodeMetrics:
         host, _, port = address.rpartition(":")
         self._http = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
 
+    def serve_with_console(self, address: str, console: Target) -> None:
+        """`serve`, plus the web console on the same port (cluster/console/),
+        reading the cluster through `console` (the node's own client address)."""
+        self._http = start_console_server(address, console, self.registry)
+
     def close(self) -> None:
         if self._http is not None:
             server, thread = self._http
+            if isinstance(server, ConsoleHttpServer):
+                stop_console_server(server, thread)
+                self._http = None
+                return
             server.shutdown()  # type: ignore[attr-defined]
             server.server_close()  # type: ignore[attr-defined]
             thread.join(timeout=2.0)

@@ -24,6 +24,7 @@ from broker.admin_service import add_admin_service
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.service import MessagingServicer
+from cluster.console.backend import Target
 from cluster.metrics import NodeMetrics
 from dledger.tasks import set_crash_handler
 from dledger.config import DLedgerConfig
@@ -142,7 +143,9 @@ class Node:
 
     def _serve_metrics(self, address: str) -> None:
         try:
-            self.metrics.serve(address)
+            # The web console shares the port; it reads the cluster through this node's gRPC APIs.
+            config = self.config
+            self.metrics.serve_with_console(address, Target((config.address_of(config.self_id),), config.group))
         except OSError as error:
             raise NodeStartError(f"cannot serve metrics on {address}: {error.strerror}") from None
 

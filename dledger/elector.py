@@ -184,11 +184,14 @@ class DLedgerLeaderElector:
         now = self.clock.now()
         if now < self.next_vote_at:
             return self.next_vote_at - now
-        if self.store.read_only_reason or self.member_state.repairing or not self.is_voter:
+        ms = self.member_state
+        if self.store.read_only_reason or ms.repairing or not self.is_voter or (ms.cluster_seen and not ms.joined):
             # A node that cannot write (disk full) must not lead: it could not
             # even append the entry that opens its term. Nor may one whose log
             # lacks entries it once acknowledged (repairing), nor a learner or
-            # a node outside the configuration (joining, or removed). Others can.
+            # a node outside the configuration (joining, or removed), nor one
+            # that lost its state while a cluster exists (it joins that one).
+            # Others can.
             self.next_vote_at = now + self._election_timeout()
             return self.next_vote_at - now
         await self.campaign()
@@ -201,7 +204,7 @@ class DLedgerLeaderElector:
         if not transfer:
             if not await self._pre_vote():
                 return
-            if ms.role is not Role.CANDIDATE:
+            if ms.role is not Role.CANDIDATE or self._must_join():
                 return
         term = ms.start_campaign()
         self.observer.on_election(term)
@@ -211,12 +214,19 @@ class DLedgerLeaderElector:
         if ms.role is not Role.CANDIDATE or ms.term != term:
             return
         result = tally_votes(term, self.quorum, answers)
+        if result.result is ParseResult.PASSED and self._must_join():
+            return
         if result.result is ParseResult.PASSED:
             log.info("won term %d with %d of %d votes", term, result.accepted, len(self.membership.current.voters))
             ms.found_cluster()
             ms.change_to_leader(term)
             return
         self._lost(result.max_term, f"vote in term {term}: {result.accepted} accepted")
+
+    def _must_join(self) -> bool:
+        """A node that lost its state learned, while campaigning, that a
+        cluster exists: it must join that one, not found another."""
+        return self.member_state.cluster_seen and not self.member_state.joined
 
     async def _pre_vote(self) -> bool:
         ms = self.member_state
@@ -251,7 +261,9 @@ class DLedgerLeaderElector:
                 if not done:
                     break
                 answers += [t.result() for t in done if t.result() is not None]  # type: ignore[misc]
-                if 1 + sum(1 for r, _ in answers if r == pb.ACCEPT) >= self.quorum:
+                # A node that lost its state hears everyone out: any answer
+                # may name an existing cluster, which it must not found anew.
+                if 1 + sum(1 for r, _ in answers if r == pb.ACCEPT) >= self.quorum and ms.joined:
                     break
                 if ms.role is not Role.CANDIDATE:
                     break
@@ -270,6 +282,7 @@ class DLedgerLeaderElector:
             response = await self.transport.vote(peer, request, self.config.rpc_timeout_s)
         except TransportError:
             return None
+        self.member_state.see_cluster(response.cluster_id)
         return response.result, response.header.term
 
     # ------------------------------------------------------------ heartbeats
@@ -335,8 +348,9 @@ class DLedgerLeaderElector:
                          ledger_end_index=store.ledger_end_index, leader_alive=ms.leader_is_alive(),
                          taking_leadership=ms.term_to_take_leadership == ms.term + 1,
                          cluster_id=ms.cluster_id, joined=ms.joined, repairing=ms.repairing,
-                         voter=self.is_voter)
+                         repair_floor=ms.repair_floor, voter=self.is_voter, cluster_seen=ms.cluster_seen)
         header = request.header
+        ms.see_cluster(request.cluster_id)
         decision = decide_vote(view, header.local_id, header.term, request.ledger_end_term,
                                request.ledger_end_index, request.pre_vote, request.leadership_transfer,
                                request.cluster_id)
@@ -348,10 +362,14 @@ class DLedgerLeaderElector:
             ms.touch_leader()
             self.next_vote_at = self.clock.now() + self._election_timeout()
         if decision.result != pb.ACCEPT or not request.pre_vote:
-            log.info("%svote for %s in term %d: %s", "pre-" if request.pre_vote else "",
-                     header.local_id, header.term, decision.reason)
+            # A repairing voter says what it judged by (the chaos checks read it).
+            floor = (f" (repairing: candidate log ({request.ledger_end_term}, {request.ledger_end_index}),"
+                     f" repair floor {view.repair_floor})" if view.repairing else "")
+            log.info("%svote for %s in term %d: %s%s", "pre-" if request.pre_vote else "",
+                     header.local_id, header.term, decision.reason, floor)
         return pb.VoteResponse(header=pb.Header(code=ResponseCode.SUCCESS), result=decision.result,
-                               ledger_end_index=store.ledger_end_index, ledger_end_term=store.ledger_end_term)
+                               ledger_end_index=store.ledger_end_index, ledger_end_term=store.ledger_end_term,
+                               cluster_id=ms.cluster_id)
 
     # ------------------------------------------------------ leadership transfer
     async def transfer_leadership(self, transferee: str) -> None:

@@ -18,8 +18,16 @@ Two more keys are ours, for a disk that lies, fails or is replaced:
   `currterm` but no identity, vote as before.
 - repairUntil: >= 0 while the node repairs its log: it found a damaged entry
   below what it had acknowledged (or lost its disk), cut its log there, and
-  neither votes, campaigns nor counts toward a quorum until it holds entries
-  up to this index again, fetched and CRC-checked from the leader.
+  neither campaigns nor counts toward a quorum until it holds entries up to
+  this index again, fetched and CRC-checked from the leader.
+- repairTerm: the term of the last entry the node held before the cut. While
+  repairing, it votes only for a candidate whose log is at least as up to
+  date as (repairTerm, repairUntil), the log it had (vote_rules.py): that is
+  Raft's own election rule applied to what the node acknowledged, so its
+  vote cannot elect a leader without an entry it helped commit, and two
+  damaged nodes of three can still elect the healthy one and repair. A node
+  that lost its disk has no such record (and may have voted in this term):
+  it grants no vote until repaired.
 """
 from __future__ import annotations
 
@@ -67,8 +75,14 @@ class MemberState:
         self._path = os.path.join(config.data_dir, f"dledger-{config.self_id}", "currterm")
         self.cluster_id = ""
         self.repair_until = -1
+        self.repair_term = -1
         # Started without a currterm: this node may have lost votes it gave.
+        # Persisted (lostState) until it has joined and caught up, so that a
+        # restart in between does not make it a voter of its own.
         self.lost_state = False
+        # A peer named a cluster identity while this node had none: a node
+        # that lost its state must then join that cluster, not found one.
+        self.cluster_seen = False
         # Where clients reach a node; the server replaces it with one that
         # knows the members added since start-up (dledger/membership.py).
         self.client_address_of: Callable[[str], str] = config.client_address_of
@@ -86,12 +100,22 @@ class MemberState:
         self.vote_for = values.get("voteLeader", "")
         self.cluster_id = values.get("clusterId", "")
         self.repair_until = int(values.get("repairUntil", "-1") or -1)
+        self.repair_term = int(values.get("repairTerm", "-1") or -1)
+        self.lost_state = values.get("lostState", "") == "true"
         log.info("loaded term %d vote %r cluster %r%s", self.term, self.vote_for, self.cluster_id,
                  f", repairing up to {self.repair_until}" if self.repairing else "")
 
     @property
     def repairing(self) -> bool:
         return self.repair_until >= 0
+
+    @property
+    def repair_floor(self) -> tuple[int, int] | None:
+        """While repairing: the (term, index) of the log this node had, which a
+        candidate's log must reach for its vote; None when it grants none."""
+        if not self.repairing or self.repair_term < 0:
+            return None
+        return self.repair_term, self.repair_until
 
     @property
     def joined(self) -> bool:
@@ -104,6 +128,8 @@ class MemberState:
         if self.cluster_id or not cluster_id:
             return
         repair_until = max(self.repair_until, leader_committed) if self.lost_state else self.repair_until
+        if repair_until < 0:
+            self.lost_state = False   # nothing committed to catch up with: it is whole
         self._persist(self.term, self.vote_for, cluster_id=cluster_id, repair_until=repair_until)
         log.info("joined cluster %s%s", cluster_id,
                  f"; a non-voter until it holds entries up to {repair_until}" if repair_until >= 0 else "")
@@ -111,24 +137,44 @@ class MemberState:
     def found_cluster(self) -> None:
         """The first leader of a cluster without an identity gives it one."""
         if not self.cluster_id:
+            self.lost_state = False   # a fresh cluster's first leader: nothing was lost
             self._persist(self.term, self.vote_for, cluster_id=uuid.uuid4().hex)
             log.info("cluster identity %s created", self.cluster_id)
 
-    def start_repair(self, until: int) -> None:
-        self._persist(self.term, self.vote_for, repair_until=max(until, self.repair_until, 0))
+    def start_repair(self, until: int, last_term: int) -> None:
+        """`until`, `last_term`: the index and term of the last entry this node
+        held before the cut. A second damage during a repair raises both, so
+        the floor stays at or above every log it had. The term is capped at
+        the current one, which no entry's term exceeds."""
+        term = min(max(last_term, self.repair_term), self.term) if last_term >= 0 else -1
+        self._persist(self.term, self.vote_for, repair_until=max(until, self.repair_until, 0), repair_term=term)
 
     def finish_repair(self) -> None:
-        self._persist(self.term, self.vote_for, repair_until=-1)
+        self.lost_state = False   # joined (a repair starts only once it has) and caught up
+        self._persist(self.term, self.vote_for, repair_until=-1, repair_term=-1)
+
+    def see_cluster(self, cluster_id: str) -> None:
+        """A peer's message named a cluster identity."""
+        if cluster_id and not self.cluster_id and not self.cluster_seen:
+            self.cluster_seen = True
+            if self.lost_state:
+                log.info("a peer belongs to cluster %s: this node lost its state, so it waits for that "
+                         "cluster's leader to join it (it neither campaigns nor votes until then)", cluster_id)
 
     def _persist(self, term: int, vote_for: str, cluster_id: str | None = None,
-                 repair_until: int | None = None) -> None:
+                 repair_until: int | None = None, repair_term: int | None = None) -> None:
         cluster_id = self.cluster_id if cluster_id is None else cluster_id
         repair_until = self.repair_until if repair_until is None else repair_until
+        repair_term = self.repair_term if repair_term is None else repair_term
         values = {"currTerm": str(term), "voteLeader": vote_for}
         if cluster_id:
             values["clusterId"] = cluster_id
         if repair_until >= 0:
             values["repairUntil"] = str(repair_until)
+            if repair_term >= 0:
+                values["repairTerm"] = str(repair_term)
+        if self.lost_state:
+            values["lostState"] = "true"
         try:
             write_properties(self._path, values)
         except OSError as error:
@@ -142,6 +188,7 @@ class MemberState:
         self.vote_for = vote_for
         self.cluster_id = cluster_id
         self.repair_until = repair_until
+        self.repair_term = repair_term if repair_until >= 0 else -1
 
     # ------------------------------------------------------------- queries
     @property

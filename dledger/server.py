@@ -73,7 +73,7 @@ class DLedgerServer:
         self.store.open()
         if self.store.damaged_from >= 0:
             self.repairs += 1
-            self.member_state.start_repair(self.store.acknowledged_end)
+            self.member_state.start_repair(self.store.acknowledged_end, self.store.acknowledged_end_term)
         self.member_state.committed_index = self.store.committed_index
         self._load_membership()
         self.pusher = DLedgerEntryPusher(self.config, self.store, self.member_state, self.transport,
@@ -514,10 +514,12 @@ class DLedgerServer:
         may have acknowledged. A leader steps down first."""
         ms, store = self.member_state, self.store
         until = max(store.ledger_end_index, ms.committed_index)
+        until_term = store.ledger_end_term
         log.error("entry %d is damaged on this node: cutting the log before it and repairing from the leader "
-                  "up to entry %d (a non-voter until then)", index, until)
+                  "up to entry %d (until then it counts toward no quorum, never campaigns, and votes only for a "
+                  "candidate whose log reaches (term %d, entry %d))", index, until, until_term, until)
         self.repairs += 1
-        ms.start_repair(until)
+        ms.start_repair(until, until_term)
         if ms.is_leader:
             ms.change_to_candidate()
         store.cut_damaged(index)

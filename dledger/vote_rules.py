@@ -28,7 +28,11 @@ class VoterView:
     taking_leadership: bool    # this node is itself taking over by transfer
     cluster_id: str = ""       # the cluster's identity as this node knows it
     joined: bool = True        # False: lost its state and has not learned the identity yet
-    repairing: bool = False    # repairing its log: a non-voter for now
+    cluster_seen: bool = False  # a peer named an identity while this node had none
+    repairing: bool = False    # repairing its log (member_state.py)
+    # While repairing: the (term, index) of the log it had before the cut; a
+    # candidate must reach it. None while repairing: it grants no vote.
+    repair_floor: tuple[int, int] | None = None
     voter: bool = True         # a voter of its current configuration (not a learner, joining or removed)
 
 
@@ -56,16 +60,22 @@ def decide_vote(view: VoterView, candidate_id: str, term: int, ledger_end_term: 
         return VoteDecision(pb.REJECT_UNEXPECTED_LEADER)
     if view.cluster_id and candidate_cluster_id and view.cluster_id != candidate_cluster_id:
         return VoteDecision(pb.REJECT_OTHER_CLUSTER)
-    # A node that repairs its log lacks entries it once acknowledged: its vote
-    # could elect a leader without them. A node that lost its state may have
-    # voted in this very term already. Neither votes (nor adopts the term).
-    if view.repairing:
+    # A node that repairs its log lacks entries it once acknowledged: judged
+    # by the log it has now, its vote could elect a leader without them. It
+    # judges by the log it had instead (repair_floor, below); without that
+    # record (a node that lost its disk, which may also have voted in this
+    # very term) it grants nothing and keeps its term.
+    if view.repairing and view.repair_floor is None:
         return VoteDecision(pb.REJECT_REPAIRING)
     # A learner, a node still waiting to join and one that was removed have
     # no vote (membership.py); nor do they adopt the term.
     if not view.voter:
         return VoteDecision(pb.REJECT_NOT_VOTER)
-    if not view.joined and candidate_cluster_id:
+    # A node that lost its state votes in a fresh cluster's first election
+    # only: not once any node (the candidate or another peer) has named the
+    # identity of a cluster that exists. Two wiped nodes of three would
+    # otherwise found a second cluster beside the first.
+    if not view.joined and (candidate_cluster_id or view.cluster_seen):
         return VoteDecision(pb.REJECT_NOT_JOINED)
     if term < view.term:
         return VoteDecision(pb.REJECT_EXPIRED_VOTE_TERM)
@@ -80,6 +90,11 @@ def decide_vote(view: VoterView, candidate_id: str, term: int, ledger_end_term: 
                                    view.ledger_end_term, view.ledger_end_index)
     log_reject = (pb.REJECT_EXPIRED_LEDGER_TERM if ledger_end_term < view.ledger_end_term
                   else pb.REJECT_SMALL_LEDGER_END_INDEX)
+    if up_to_date and view.repairing and view.repair_floor is not None:
+        # Raft's election rule against the log this node had: the candidate
+        # then holds every entry this node's acknowledgement helped commit.
+        up_to_date = log_is_up_to_date(ledger_end_term, ledger_end_index, *view.repair_floor)
+        log_reject = pb.REJECT_REPAIRING
     if pre_vote:
         # A pre-vote asks about term = candidate's term + 1 and changes nothing here.
         if term <= view.term:

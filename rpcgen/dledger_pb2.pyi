@@ -101,16 +101,18 @@ class VoteRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., pre_vote: _Optional[bool] = ..., leadership_transfer: _Optional[bool] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class VoteResponse(_message.Message):
-    __slots__ = ("header", "result", "ledger_end_index", "ledger_end_term")
+    __slots__ = ("header", "result", "ledger_end_index", "ledger_end_term", "cluster_id")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
     LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     header: Header
     result: VoteResult
     ledger_end_index: int
     ledger_end_term: int
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., result: _Optional[_Union[VoteResult, str]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ...) -> None: ...
+    cluster_id: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., result: _Optional[_Union[VoteResult, str]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class HeartBeatRequest(_message.Message):
     __slots__ = ("header", "committed_index", "cluster_id")

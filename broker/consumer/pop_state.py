@@ -38,6 +38,9 @@ not applied everything) is a no-op on every replica alike:
     dead    like ack, on the dying lease: the message went to the dead-letter queue
     (a pop's `filtered` ends expired leases like an ack: see selection.py)
     reset   sets the frontier, dropping the queue's leases and blocked offsets
+    resend  an operator's resend of a consumed message: an expired lease on
+            it (attempt 0), so the next receive delivers it again; only if
+            it lies below the frontier and is neither leased nor blocked
 
 The leader reads the outcome back (`lease_of`) before it answers a client.
 Deadlines are wall-clock milliseconds chosen by the leader and stored in the
@@ -118,6 +121,11 @@ class PopQueue:
         if self.blocked:
             lowest = min(lowest, min(self.blocked))
         return lowest
+
+    def resendable(self, offset: int) -> bool:
+        """Whether a resend of `offset` takes effect: it was delivered (or
+        skipped) and is neither leased nor blocked now."""
+        return offset < self.pop_offset and offset not in self.in_flight and offset not in self.blocked
 
     # -------------------------------------------------------------- changes
     def grant(self, offset: int, lease: Lease) -> None:
@@ -373,10 +381,39 @@ class ResetOp:
         return cls(data["group"], data["topic"], int(data["queue"]), int(data["offset"]))
 
 
-Op = PopOp | AckOp | ChangeOp | DyingOp | ResetOp
+@dataclass
+class ResendOp:
+    """Deliver a consumed message once more (an operator's resend): see
+    `PopQueue.resendable`. `message_group` is the message's group in a FIFO
+    consumer group (None otherwise); `initial` is where the group starts on
+    a queue it never popped, as in PopOp."""
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    message_group: str | None = None
+    initial: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"op": "resend", "group": self.group, "topic": self.topic, "queue": self.queue_id,
+                                "offset": self.offset}
+        if self.message_group is not None:
+            data["messageGroup"] = self.message_group
+        if self.initial is not None:
+            data["initial"] = self.initial
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ResendOp:
+        return cls(data["group"], data["topic"], int(data["queue"]), int(data["offset"]), data.get("messageGroup"),
+                   int(data["initial"]) if "initial" in data else None)
+
+
+Op = PopOp | AckOp | ChangeOp | DyingOp | ResetOp | ResendOp
 _DECODERS: dict[str, Callable[[dict[str, Any]], Op]] = {
     "pop": PopOp.from_json, "ack": AckOp.from_json, "dead": AckOp.from_json,
-    "change": ChangeOp.from_json, "dying": DyingOp.from_json, "reset": ResetOp.from_json}
+    "change": ChangeOp.from_json, "dying": DyingOp.from_json, "reset": ResetOp.from_json,
+    "resend": ResendOp.from_json}
 
 
 def ops_payload(ops: list[Op]) -> dict[str, Any]:
@@ -517,6 +554,8 @@ class PopStateManager(ConfigManager):
         if isinstance(op, DyingOp):
             self._apply_dying(index, op)
             return False
+        if isinstance(op, ResendOp):
+            return self._apply_resend(index, op)
         self._set_queue((op.group, op.topic, op.queue_id), PopQueue(op.offset))
         return True
 
@@ -565,6 +604,17 @@ class PopStateManager(ConfigManager):
             if lease is not None and lease.lease == lease_id:
                 queue.grant(offset, Lease(index, op.deadline_ms, attempt, lease.message_group))
                 self._record_end(key, offset, lease_id, LeaseEnd(DYING, index))
+
+    def _apply_resend(self, index: int, op: ResendOp) -> bool:
+        key = (op.group, op.topic, op.queue_id)
+        queue = self.queues.get(key)
+        if queue is None:
+            queue = self._set_queue(key, PopQueue(op.offset + 1 if op.initial is None else op.initial))
+        if not queue.resendable(op.offset):
+            return False
+        # Expired at once, attempt 0: the next receive delivers it as attempt 1.
+        queue.grant(op.offset, Lease(index, 0, 0, op.message_group))
+        return True
 
     def _remember(self, group: str, attempt_id: str, index: int, topic: str, granted: list[tuple[int, int]]) -> None:
         key = (group, attempt_id)

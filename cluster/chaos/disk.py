@@ -132,29 +132,51 @@ def wipe(data_dir: Path, node: str, failpoints_dir: Path) -> None:
 
 _REPAIR_START = re.compile(r"repairing (it )?from the leader|a non-voter until it holds|, repairing up to \d+")
 _REPAIR_END = re.compile(r"repair complete")
-_VOTE_GRANTED = re.compile(r"(?<!pre-)vote for \S+ in term \d+: ACCEPT")
+_VOTE_GRANTED = re.compile(r"(?<!pre-)vote for \S+ in term \d+: ACCEPT(?P<floor>.*)")
+# A process start: it loaded its term (saying if it repairs), or found none.
+_PROCESS_START = re.compile(r"loaded term \d+ vote|currterm: a new node")
+_FLOOR = re.compile(r"candidate log \((-?\d+), (-?\d+)\), repair floor \((-?\d+), (-?\d+)\)")
 
 
 @dataclass
 class RepairSummary:
     repairs: int = 0                   # repairs started (damage found, or a lost disk rejoining)
     completed: int = 0
-    votes_while_repairing: int = 0     # must be 0
+    votes_while_repairing: int = 0     # granted by a repairing node (allowed, by the rule below)
+    unsafe_repair_votes: int = 0       # must be 0: granted to a candidate behind the log the node had
 
 
 def repair_summary(log_dir: Path) -> RepairSummary:
-    """From the node logs: repairs started and completed, and votes granted
-    by a node while it was repairing (the rule: none)."""
+    """From the node logs: repairs started and completed, and the votes a node
+    granted while repairing. The rule: only to a candidate whose log is at
+    least as up to date as the log the node had before its cut (its repair
+    floor); a node without a floor (it lost its disk) grants none."""
     summary = RepairSummary()
     for path in sorted(log_dir.glob("*.log")):
         repairing = False
         for line in path.read_text(errors="replace").splitlines():
-            if _REPAIR_START.search(line):
+            if _PROCESS_START.search(line) and not _REPAIR_START.search(line):
+                repairing = False   # a new process that does not repair (a wipe ended the old repair)
+            elif _REPAIR_START.search(line):
                 summary.repairs += 0 if repairing else 1
                 repairing = True
             elif _REPAIR_END.search(line):
                 summary.completed += 1 if repairing else 0
                 repairing = False
-            elif repairing and _VOTE_GRANTED.search(line):
+            elif (granted := _VOTE_GRANTED.search(line)) and "repairing:" in granted["floor"]:
                 summary.votes_while_repairing += 1
+                summary.unsafe_repair_votes += 0 if _vote_within_rule(granted["floor"]) else 1
+            elif repairing and granted:
+                # A grant without the repairing note while the node repairs.
+                summary.votes_while_repairing += 1
+                summary.unsafe_repair_votes += 1
+    return summary
+
+
+def _vote_within_rule(note: str) -> bool:
+    match = _FLOOR.search(note)
+    if match is None:
+        return False    # "repair floor None": it had no floor and granted anyway
+    cand_term, cand_index, floor_term, floor_index = map(int, match.groups())
+    return (cand_term, cand_index) >= (floor_term, floor_index)
     return summary

@@ -5,6 +5,12 @@ Each fault kind is a method that injects the fault and returns how to heal
 it. A window starts once the fault is in place and ends when healing starts,
 so that "acknowledged while the fault held" is exact.
 
+Storage faults that destroy data (bit flips, a wiped disk) keep to a
+minority: they hit a node only while at most f = (n-1)/2 nodes, that one
+included, are without an intact log (repairing, or not yet rejoined). A
+majority without the committed entries is data loss no replicated log can
+undo; the promise under test is that a damaged minority repairs itself.
+
 While the leader is isolated, a probe appends straight to it (not through
 the client library, which would move to the new leader) once every 100 ms;
 those operations go into the History under the client `probe-<node>`, and the
@@ -58,6 +64,8 @@ class Nemesis:
         self.workload = workload
         self.admin = admin
         self._probe_count = 0
+        # Nodes whose data a fault destroyed, until they say they are whole again.
+        self._damaged: set[str] = set()
         self._injectors: dict[str, Callable[[random.Random], Awaitable[ActiveFault]]] = {
             KILL_LEADER: self.kill_leader, KILL_RANDOM: self.kill_random, CRASH_WRITE: self.crash_write,
             ISOLATE_LEADER: self.isolate_leader, SPLIT: self.split, ONE_WAY: self.one_way,
@@ -143,15 +151,40 @@ class Nemesis:
         return ActiveFault(window, heal)
 
     # ------------------------------------------------------------ storage
+    async def _destroyable(self, kind: str, rng: random.Random) -> str | ActiveFault:
+        """A running node whose data may be destroyed with the damaged nodes
+        staying a minority, or (none) a window that says the fault was skipped."""
+        running = self._running()
+        answers = await asyncio.gather(*(self.admin.metadata(self.cluster.addresses[n]) for n in running))
+        for node, meta in zip(running, answers):
+            if meta is not None and not meta.repairing and meta.cluster_id:
+                self._damaged.discard(node)
+        tolerated = (len(self.cluster.ids) - 1) // 2
+        eligible = [n for n in running if len(self._damaged | {n}) <= tolerated]
+        if eligible:
+            node = rng.choice(eligible)
+            self._damaged.add(node)
+            return node
+        window = self.history.fault_started(kind, (), f"skipped: {','.join(sorted(self._damaged))} not yet "
+                                                      "repaired (a majority would have no intact copy)")
+
+        async def heal() -> None:
+            pass
+        return ActiveFault(window, heal)
+
     async def bitflip_stopped(self, rng: random.Random) -> ActiveFault:
-        node = rng.choice(self._running())
+        node = await self._destroyable(BITFLIP_STOPPED, rng)
+        if isinstance(node, ActiveFault):
+            return node
         index = await self._committed_entry(node, rng)
         self.cluster.kill(node)
         detail = self._flip(node, index, rng)
         return self._restart_at_heal(BITFLIP_STOPPED, node, detail)
 
     async def bitflip_running(self, rng: random.Random) -> ActiveFault:
-        node = rng.choice(self._running())
+        node = await self._destroyable(BITFLIP_RUNNING, rng)
+        if isinstance(node, ActiveFault):
+            return node
         index = await self._committed_entry(node, rng)
         window = self.history.fault_started(BITFLIP_RUNNING, (node,), self._flip(node, index, rng))
 
@@ -182,7 +215,9 @@ class Nemesis:
         return ActiveFault(window, heal)
 
     async def wipe_disk(self, rng: random.Random) -> ActiveFault:
-        node = rng.choice(self._running())
+        node = await self._destroyable(WIPE_DISK, rng)
+        if isinstance(node, ActiveFault):
+            return node
         self.cluster.kill(node)
         disk.wipe(self.cluster.base, node, self.cluster.failpoints_dir(node))
         return self._restart_at_heal(WIPE_DISK, node, "its data directory is empty when it restarts")

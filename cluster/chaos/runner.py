@@ -317,14 +317,15 @@ def _problems(state: RunState, no_logs: bool, checks_failed: bool, repairs: Repa
         "unconverged_nodes": bool(state.unconverged),
         "unreadable_nodes": bool(state.unreadable),
         "checks": checks_failed,
-        "votes_while_repairing": repairs.votes_while_repairing > 0,
+        "unsafe_repair_votes": repairs.unsafe_repair_votes > 0,
         "still_repairing": bool(state.still_repairing),
     }
 
 
 def _repair_fields(repairs: RepairSummary, state: RunState) -> dict[str, Any]:
     return {"repairs": repairs.repairs, "repairs_completed": repairs.completed,
-            "votes_while_repairing": repairs.votes_while_repairing, "still_repairing": state.still_repairing}
+            "votes_while_repairing": repairs.votes_while_repairing, "unsafe_repair_votes": repairs.unsafe_repair_votes,
+            "still_repairing": state.still_repairing}
 
 
 def _outputs(options: ChaosOptions) -> dict[str, str]:

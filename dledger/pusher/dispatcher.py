@@ -387,8 +387,11 @@ class EntryDispatcher:
             self._reset_progress()
             self.generation = gen + 1
         else:
-            log.warning("push to %s at %d answered %s: %s", self.peer_id, request.index,
-                        ResponseCode.of(code).name, response.header.message)
+            # Not stored (DISK_FULL, a follower that is stopping, ...). The push
+            # is no longer in flight, so no timeout would resend it: go back to
+            # COMPARE after the back-off, which resends from the follower's end.
+            self._back_off(f"APPEND at {request.index} answered {ResponseCode.of(code).name}: "
+                           f"{response.header.message}")
 
     def _commit_push_due(self, now: float) -> float:
         """Seconds until a COMMIT push is due: soon after the commit index moved

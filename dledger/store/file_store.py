@@ -150,6 +150,10 @@ class DLedgerFileStore:
         # at or below the flushed point: the node must repair (see DLedgerServer).
         self.damaged_from = -1
         self.acknowledged_end = -1
+        # The term of the last entry this node held before the cut (at least):
+        # with acknowledged_end, the log a repairing voter compares
+        # candidates against (vote_rules.decide_vote).
+        self.acknowledged_end_term = -1
         self._room_needed = 0   # bytes free needed to leave read-only after an ENOSPC
         self._read_only_logged_at = float("-inf")
         # Set when an fsync failed: the page cache can no longer be trusted
@@ -1201,7 +1205,7 @@ class DLedgerFileStore:
         if result.failure:
             failed_index = end_index + 1
             if failed_index <= committed or result.end_offset < flushed_position or result.damaged:
-                self._found_damage(failed_index, checkpoint, CorruptLogError(
+                self._found_damage(failed_index, checkpoint, result.last_term, CorruptLogError(
                     f"entry {failed_index} at pos {result.end_offset}: {result.failure}; "
                     + ("a valid entry follows it, so it was written whole and then damaged"
                        if result.damaged and failed_index > committed and result.end_offset >= flushed_position
@@ -1211,7 +1215,7 @@ class DLedgerFileStore:
                 log.warning("cutting a torn tail at entry %d, pos %d: %s", failed_index, result.end_offset,
                             result.failure)
         elif end_index < committed or result.end_offset < flushed_position:
-            self._found_damage(end_index + 1, checkpoint, CorruptLogError(
+            self._found_damage(end_index + 1, checkpoint, result.last_term, CorruptLogError(
                 f"the log ends at entry {end_index} (pos {result.end_offset}) but the checkpoint says entries up "
                 f"to {committed} are committed and data is flushed up to pos {flushed_position}"))
         self._data.truncate(result.end_offset)
@@ -1234,21 +1238,27 @@ class DLedgerFileStore:
         log.info("opened %s: entries [%d, %d], committed %d, end term %d", self.base_dir, begin, end_index,
                  self.committed_index, self.ledger_end_term)
 
-    def _found_damage(self, index: int, checkpoint: Checkpoint | None, error: CorruptLogError) -> None:
+    def _found_damage(self, index: int, checkpoint: Checkpoint | None, last_valid_term: int,
+                      error: CorruptLogError) -> None:
         """Damage at or below what this node flushed, so perhaps acknowledged:
         refuse to open, or (repair_damaged_log) cut the log before it and note
         how far the node must get again before it may vote."""
         if not self.config.repair_damaged_log:
             raise CorruptLogError(f"{error.message}; refusing to cut it")
         self.damaged_from = index
-        self.acknowledged_end = max(index - 1, checkpoint.end_index if checkpoint else -1,
-                                    self._last_index_record())
+        record_index, record_term = self._last_index_record()
+        self.acknowledged_end = max(index - 1, checkpoint.end_index if checkpoint else -1, record_index)
+        # Terms never fall along a log, so the last index record's term (or the
+        # last valid entry's, if the records were lost) is the term of the
+        # last entry this node ever appended.
+        self.acknowledged_end_term = max(last_valid_term, record_term)
         log.error("%s: %s; cutting the log before entry %d and repairing it from the leader up to entry %d",
                   self.base_dir, error.message, index, self.acknowledged_end)
 
-    def _last_index_record(self) -> int:
-        """The highest index with a record in the index files: everything this
-        node ever appended, so at least everything it ever acknowledged."""
+    def _last_index_record(self) -> tuple[int, int]:
+        """The (index, term) of the last record in the index files: the last
+        entry this node ever appended, so at least everything it ever
+        acknowledged. (-1, -1) without records."""
         for segment in reversed(self._index.segments):
             end = segment.size
             while end > 0:
@@ -1257,9 +1267,10 @@ class DLedgerFileStore:
                 stripped = len(chunk.rstrip(b"\0"))
                 if stripped:
                     at = (stripped - 1) // INDEX_RECORD_SIZE * INDEX_RECORD_SIZE
-                    return INDEX_RECORD.unpack_from(chunk, at)[3]
+                    record = INDEX_RECORD.unpack_from(chunk, at)
+                    return record[3], record[4]
                 end = start
-        return -1
+        return -1, -1
 
     # ================================================================= damage found while running
 

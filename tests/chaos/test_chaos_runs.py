@@ -79,7 +79,7 @@ async def test_storage_faults_are_repaired_and_lose_nothing(kind: str, tmp_path:
     summary = await short_run(kind, tmp_path, seed=7)
     (fault,) = summary["per_fault"]
     assert fault["kind"] == kind
-    assert summary["votes_while_repairing"] == 0 and not summary["still_repairing"]
+    assert summary["unsafe_repair_votes"] == 0 and not summary["still_repairing"]
     if kind in (BITFLIP_STOPPED, BITFLIP_RUNNING, WIPE_DISK):
         # The damaged (or emptied) node noticed, repaired itself and finished.
         assert summary["repairs"] >= 1 and summary["repairs_completed"] >= 1, json.dumps(summary, indent=1)

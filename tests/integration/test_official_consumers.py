@@ -2,7 +2,9 @@
 processes: the SimpleConsumer receives what its Producer sent (only the tags
 it subscribed to), changes a message's invisible duration and acks
 everything, and nothing acked comes back; the PushConsumer (server-managed
-leases, attempt ids, QueryAssignment) consumes a topic with its listener."""
+leases, attempt ids, QueryAssignment) consumes a topic with its listener;
+and an ack that races a change of invisible duration on the same handle,
+from two threads, either holds or fails (issue 22, item 1)."""
 from __future__ import annotations
 
 import asyncio
@@ -33,7 +35,7 @@ def cluster(tmp_path_factory):
         # The client gives up on a route it cannot fetch within its 3 s request
         # timeout at start-up: elect first, and create the topics beforehand
         # (creating one is a write through the log; slow on a busy machine).
-        asyncio.run(prepare(c, ["OfficialPop", "OfficialPush"]))
+        asyncio.run(prepare(c, ["OfficialPop", "OfficialPush", "OfficialRace"]))
         yield c
     finally:
         c.stop_all()
@@ -145,3 +147,71 @@ def test_the_official_push_consumer_consumes_with_its_listener(cluster):
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "CONSUMED 8" in done.stdout, done.stdout
+
+
+def test_an_ack_racing_a_change_of_invisible_duration_holds_or_fails(cluster):
+    """Two threads per message, at the same moment: change_invisible_duration
+    (to 2 s) and ack. Whichever wins, an ack that returned OK must hold: the
+    message never comes back. (Before the fix, 15 of 40 did.)"""
+    script = textwrap.dedent(f"""
+        import threading, time
+        from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+        config = ClientConfiguration({';'.join(cluster.addresses.values())!r}, Credentials())
+        producer = Producer(config, ("OfficialRace",))
+        producer.startup()
+        try:
+            for i in range(30):
+                m = Message(); m.topic = "OfficialRace"; m.body = b"race-%d" % i
+                producer.send(m)
+        finally:
+            producer.shutdown()
+        consumer = SimpleConsumer(config, "OfficialRaceGroup", {{"OfficialRace": FilterExpression()}},
+                                  await_duration=5)
+        consumer.startup()
+        try:
+            got = {{}}
+            deadline = time.time() + 60
+            while len(got) < 30 and time.time() < deadline:
+                for message in consumer.receive(32, 20):
+                    got.setdefault(message.message_id, message)
+            assert len(got) == 30, len(got)
+            acked, lock = set(), threading.Lock()
+
+            def ack(message):
+                try:
+                    consumer.ack(message)
+                except Exception as error:          # superseded by the change: not acked
+                    print("ACK-REFUSED", type(error).__name__)
+                    return
+                with lock:
+                    acked.add(message.message_id)
+
+            def change(message):
+                try:
+                    consumer.change_invisible_duration(message, 2)
+                except Exception as error:          # the ack won
+                    print("CHANGE-REFUSED", type(error).__name__)
+
+            threads = []
+            for message in got.values():
+                threads += [threading.Thread(target=change, args=(message,)), threading.Thread(target=ack, args=(message,))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            print("ACKED", len(acked))
+            back, deadline = set(), time.time() + 9     # past the 2 s invisible time, with margin
+            while time.time() < deadline:
+                for message in consumer.receive(32, 20):
+                    back.add(message.message_id)
+                    consumer.ack(message)
+            print("BACK", len(back), "ACKED-AND-BACK", len(back & acked), "UNACKED-NOT-BACK", len(set(got) - acked - back))
+        finally:
+            consumer.shutdown()
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=150,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ACKED-AND-BACK 0 " in done.stdout, done.stdout
+    # Every message whose ack was refused comes back (the change won): nothing is stranded.
+    assert "UNACKED-NOT-BACK 0" in done.stdout, done.stdout

@@ -394,7 +394,7 @@ async def test_a_crash_between_checkpoint_and_config_snapshot_replays_what_the_s
         await store.commit_offsets([("g", "Created", 1, 42)])
         await live.wait_applied()
         await asyncio.sleep(0.3)  # several checkpoints
-        shutil.copytree(tmp_path / "live", tmp_path / "crashed")
+        shutil.copytree(tmp_path / "live", tmp_path / "crashed", copy_function=copy_if_still_there)
     finally:
         await live.stop()
     crashed = StoreCluster(str(tmp_path / "crashed"))

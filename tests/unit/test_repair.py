@@ -75,10 +75,19 @@ async def test_a_damaged_committed_entry_found_while_running_is_repaired_from_th
     ms = cluster.servers[victim].member_state
     await eventually(lambda: cluster.servers[victim].repairs == 1, what="the scrubber finds the damage")
     assert ms.repairing and ms.repair_until >= 19 and cluster.servers[victim].store.ledger_end_index == 4
-    # Repairing: it answers every vote with REJECT_REPAIRING, whatever the log, and never campaigns.
-    answer = cluster.servers[victim].elector.handle_vote(vote_request(leader, ms.term + 5, ms.cluster_id))
-    assert answer.result == pb.REJECT_REPAIRING
-    await asyncio.sleep(1.0)
+    # Repairing: it judges candidates by the log it had before the cut, not
+    # by the one it has now, and never campaigns.
+    end_term = cluster.servers[leader].store.ledger_end_term
+    assert ms.repair_floor == (end_term, ms.repair_until)
+    elector = cluster.servers[victim].elector
+    await asyncio.sleep(1.0)     # past the leader's lease: stickiness no longer answers first
+    # (Pre-votes, which change nothing here; real votes: the test below.)
+    behind = vote_request(leader, ms.term + 1, ms.cluster_id, end_index=10, end_term=end_term)
+    behind.pre_vote = True
+    assert elector.handle_vote(behind).result == pb.REJECT_REPAIRING     # ahead of its cut log, behind its old one
+    covering = vote_request(leader, ms.term + 1, ms.cluster_id, end_index=ms.repair_until, end_term=end_term)
+    covering.pre_vote = True
+    assert elector.handle_vote(covering).result == pb.ACCEPT
     assert ms.role is not Role.LEADER and ms.repairing
     cluster.network.heal()
     await server.append([b"after"])
@@ -93,7 +102,7 @@ async def test_a_repairing_follower_does_not_count_toward_the_quorum(cluster: Cl
     await server.append([b"first"])
     await cluster.wait_converged()
     repairing, other = [n for n in cluster.servers if n != leader]
-    cluster.servers[repairing].member_state.start_repair(10**9)   # far from done
+    cluster.servers[repairing].member_state.start_repair(10**9, 1)   # far from done
     cluster.network.isolate(other)
     with pytest.raises(DLedgerError) as error:
         await server.append([b"needs a real quorum"])
@@ -121,6 +130,8 @@ async def test_damage_found_at_start_up_makes_a_non_voter_until_it_catches_up(tm
         await cluster.start(victim)
         restarted = cluster.servers[victim]
         assert restarted.member_state.repairing and restarted.store.ledger_end_index < end
+        # It records the log it had: a candidate must reach that for its vote.
+        assert restarted.member_state.repair_floor == (cluster.servers[leader].store.ledger_end_term, end)
         assert restarted.repairs == 1
         await cluster.servers[leader].append([b"more"])
         await eventually(lambda: not restarted.member_state.repairing, what="repair completes")
@@ -159,6 +170,126 @@ async def test_a_node_that_lost_its_disk_rejoins_as_a_non_voter(tmp_path):
         assert fresh.member_state.joined
     finally:
         await cluster.stop()
+
+
+async def test_two_damaged_nodes_of_three_elect_the_healthy_one_and_repair(tmp_path):
+    """The deadlock of the 10-minute broker chaos run: two of three nodes
+    repairing at once, the leader restarted. The repairing nodes vote for the
+    healthy node (its log reaches what they had), it leads, and both repair."""
+    cluster = Cluster(str(tmp_path), scrub_bytes_per_s=8 << 20, scrub_pass_interval_s=0.3)
+    await cluster.start()
+    try:
+        leader = await cluster.wait_leader()
+        for i in range(20):
+            await cluster.servers[leader].append([b"entry-%d" % i])
+        await cluster.wait_converged()
+        damaged = [n for n in cluster.servers if n != leader]
+        await cluster.stop(leader)
+        for node in damaged:
+            flip_body_byte(cluster, node, 7)
+        await eventually(lambda: all(cluster.servers[n].member_state.repairing for n in damaged),
+                         what="both scrubbers find the damage")
+        await cluster.start(leader)
+        assert await cluster.wait_leader(timeout=15) == leader     # the only candidate: the others repair
+        await cluster.servers[leader].append([b"after"])
+        await eventually(lambda: not any(cluster.servers[n].member_state.repairing for n in damaged),
+                         what="both repair")
+        await cluster.wait_converged()
+        for node in damaged:
+            assert cluster.log_of(node) == cluster.log_of(leader)
+    finally:
+        await cluster.stop()
+
+
+async def test_repairing_nodes_do_not_elect_a_node_that_lacks_what_they_had(tmp_path):
+    """Raft's rule against the log a repairing node had: a candidate that
+    missed entries the damaged node acknowledged gets none of its votes."""
+    cluster = Cluster(str(tmp_path), scrub_bytes_per_s=8 << 20, scrub_pass_interval_s=0.3)
+    await cluster.start()
+    try:
+        leader = await cluster.wait_leader()
+        for i in range(3):
+            await cluster.servers[leader].append([b"before-%d" % i])
+        await cluster.wait_converged()
+        laggard = next(n for n in cluster.servers if n != leader)
+        other = next(n for n in cluster.servers if n not in (leader, laggard))
+        laggard_end = cluster.servers[laggard].store.ledger_end_index
+        cluster.network.isolate(laggard)
+        for i in range(10):
+            await cluster.servers[leader].append([b"entry-%d" % i])   # committed by the leader and `other`
+        # Damage cuts `other`'s log below the laggard's end: judged by its cut
+        # log, it would elect the laggard and lose the ten committed entries.
+        await cluster.stop(leader)     # first, so that it cannot repair `other` at once
+        flip_body_byte(cluster, other, laggard_end)
+        await eventually(lambda: cluster.servers[other].member_state.repairing, what="the damage is found")
+        assert cluster.servers[other].store.ledger_end_index < laggard_end
+        cluster.network.heal()
+        await asyncio.sleep(2.0)   # many election timeouts: the laggard campaigns and must lose
+        assert not any(s.member_state.is_leader for s in cluster.servers.values())
+        await cluster.start(leader)
+        assert await cluster.wait_leader(timeout=15) == leader
+        await cluster.servers[leader].append([b"after"])
+        await eventually(lambda: not cluster.servers[other].member_state.repairing, what="the repair")
+        await cluster.wait_converged()
+    finally:
+        await cluster.stop()
+
+
+async def test_two_wiped_nodes_do_not_found_a_second_cluster_beside_the_first(tmp_path):
+    """Two of three disks wiped while the third node, which holds the cluster's
+    identity, cannot lead (it repairs). Judged alone, the two empty nodes look
+    like a fresh cluster; the third's vote answers name the identity, so they
+    neither campaign nor vote for each other, even after a restart."""
+    cluster = Cluster(str(tmp_path))
+    await cluster.start()
+    try:
+        keeper = await cluster.wait_leader()
+        for i in range(5):
+            await cluster.servers[keeper].append([b"e%d" % i])
+        await cluster.wait_converged()
+        identity = cluster.servers[keeper].member_state.cluster_id
+        wiped = [n for n in cluster.servers if n != keeper]
+        for node in wiped:
+            await cluster.stop(node)
+            shutil.rmtree(os.path.join(tmp_path, node))
+        ms = cluster.servers[keeper].member_state
+        ms.start_repair(10**9, ms.term)     # it cannot lead now
+        ms.change_to_candidate()
+        for node in wiped:
+            await cluster.start(node)
+        await asyncio.sleep(2.5)            # many election timeouts
+        for node in wiped:
+            await cluster.stop(node)        # a restart before joining keeps it a non-voter
+            await cluster.start(node)
+        await asyncio.sleep(2.5)
+        assert not any(s.member_state.is_leader for s in cluster.servers.values()), cluster.describe()
+        for node in wiped:
+            state = cluster.servers[node].member_state
+            assert state.cluster_id == "" and state.lost_state and state.cluster_seen
+        assert ms.cluster_id == identity
+    finally:
+        await cluster.stop()
+
+
+def test_a_repairing_voter_judges_by_its_repair_floor():
+    from dataclasses import replace
+    view = VoterView(self_id="n1", peer_ids=frozenset({"n0", "n1", "n2"}), term=7, vote_for="", ledger_end_term=2,
+                     ledger_end_index=4, leader_alive=False, taking_leadership=False, cluster_id="abc",
+                     repairing=True, repair_floor=(5, 40))
+    def decide(end_term: int, end_index: int, pre_vote: bool = False) -> int:  # noqa: E306
+        return decide_vote(view, "n0", 8, end_term, end_index, pre_vote, False, "abc").result
+    assert decide(5, 40) == pb.ACCEPT                     # reaches the log it had
+    assert decide(6, 10) == pb.ACCEPT                     # a later last term is more up to date
+    assert decide(5, 39) == pb.REJECT_REPAIRING           # ahead of its cut log, short of the old one
+    assert decide(4, 100) == pb.REJECT_REPAIRING
+    assert decide(5, 39, pre_vote=True) == pb.REJECT_REPAIRING
+    assert decide(1, 100) == pb.REJECT_EXPIRED_LEDGER_TERM  # behind even its cut log
+    # Without a floor (a node that lost its disk) it grants nothing, whatever the log.
+    assert decide_vote(replace(view, repair_floor=None), "n0", 8, 99, 999, False, False, "abc").result \
+        == pb.REJECT_REPAIRING
+    # A vote already given in this term still binds it.
+    assert decide_vote(replace(view, term=8, vote_for="n2"), "n0", 8, 5, 40, False, False, "abc").result \
+        == pb.REJECT_ALREADY_VOTED
 
 
 def test_vote_rules_for_identity_and_repair():

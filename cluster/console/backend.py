@@ -1,0 +1,256 @@
+"""ConsoleBackend: the web console's reads and actions, as JSON, through the
+same gRPC APIs the CLI uses (DLedgerService.Metadata, AdminService,
+OperationsService).
+
+It runs in the HTTP server's threads, so it uses gRPC's synchronous
+channels: nothing here touches the node's event loop, and a node nobody
+looks at pays nothing (channels open on the first request). Queries go to
+the first reachable server; actions too, and the node forwards them to the
+leader as it does for the CLI.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import grpc
+
+from broker.client.admin import _group as group_info
+from broker.client.admin import _topic as topic_info
+from broker.client.operations import view_of as message_view
+from dledger.client import node_status_row
+from rpcgen import dledger_pb2 as dpb
+from rpcgen import dledger_pb2_grpc
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.pydledger.admin.v1 import admin_pb2 as apb
+from rpcgen.pydledger.admin.v1 import admin_pb2_grpc
+from rpcgen.pydledger.admin.v1 import operations_pb2 as opb
+from rpcgen.pydledger.admin.v1 import operations_pb2_grpc
+
+PROBE_TIMEOUT_S = 1.0
+CALL_TIMEOUT_S = 10.0
+# Groups whose progress one overview request reads: each is a scan of its queues.
+MAX_GROUPS_IN_OVERVIEW = 200
+
+
+class ConsoleError(Exception):
+    """A refusal to show the user: the protocol's code and its message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @property
+    def http_status(self) -> int:
+        # The protocol's codes are HTTP status * 100 + detail (40402: 404).
+        status = self.code // 100
+        return status if 400 <= status <= 599 else 500
+
+    def to_json(self) -> dict[str, Any]:
+        try:
+            name = pb.Code.Name(self.code)
+        except ValueError:
+            name = str(self.code)
+        return {"error": self.message, "code": name}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a console talks to: some nodes of one DLedger group."""
+    servers: tuple[str, ...]
+    group: str = "default"
+
+
+class ConsoleBackend:
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._channels: dict[str, grpc.Channel] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
+
+    def _channel(self, address: str) -> grpc.Channel:
+        with self._lock:
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = self._channels[address] = grpc.insecure_channel(address)
+            return channel
+
+    # ---------------------------------------------------------------- cluster
+    def cluster(self) -> dict[str, Any]:
+        """Every node's role, term, indexes and applied index; the leader's
+        view of each follower's lag."""
+        probed: dict[str, dpb.MetadataResponse | None] = {}
+        applied: dict[str, int | None] = {}
+        peer_ids: dict[str, str] = {}
+        pending = list(self.target.servers)
+        while pending:
+            for address in pending:
+                # The applied index first: read after the committed index it could pass it.
+                applied[address] = self._applied_index(address)
+                probed[address] = self._metadata(address)
+                for peer in probed[address].peers if probed[address] else ():
+                    peer_ids.setdefault(peer.address, peer.id)
+            pending = [a for a in peer_ids if a not in probed]
+        nodes, seen = [], set()
+        lag: dict[str, int] = {}
+        for address, answer in probed.items():
+            row = node_status_row(address, answer, peer_ids.get(address))
+            if row["id"] in seen:
+                continue
+            if answer is None and row["id"] in {a.self_id for a in probed.values() if a}:
+                continue
+            seen.add(row["id"])
+            row["applied_index"] = applied[address] if answer is not None else None
+            nodes.append(row)
+            if answer is not None and answer.role == "LEADER":
+                lag = {p.id: p.lag for p in answer.peers if p.id != answer.self_id}
+        for row in nodes:
+            row["lag"] = lag.get(row["id"]) if row["role"] != "LEADER" else 0
+        leader = next((n["id"] for n in nodes if n["role"] == "LEADER"), None)
+        term = max((n["term"] for n in nodes if n["term"] is not None), default=None)
+        return {"group": self.target.group, "leader": leader, "term": term, "nodes": nodes}
+
+    def _metadata(self, address: str) -> dpb.MetadataResponse | None:
+        stub = dledger_pb2_grpc.DLedgerServiceStub(self._channel(address))
+        try:
+            answer = stub.Metadata(dpb.MetadataRequest(header=dpb.Header(group=self.target.group)),
+                                   timeout=PROBE_TIMEOUT_S)
+        except grpc.RpcError:
+            return None
+        return answer if answer.header.code in (0, 200) else None
+
+    def _applied_index(self, address: str) -> int | None:
+        stub = operations_pb2_grpc.OperationsServiceStub(self._channel(address))
+        try:
+            answer = stub.DescribeStore(opb.DescribeStoreRequest(), timeout=PROBE_TIMEOUT_S)
+        except grpc.RpcError:
+            return None
+        return answer.applied_index if answer.status.code == pb.OK else None
+
+    # -------------------------------------------------------- topics, groups
+    def topics(self, include_system: bool = False) -> dict[str, Any]:
+        answer = self._admin("ListTopics", apb.ListTopicsRequest(include_system=include_system))
+        return {"topics": [topic_info(t).to_json() for t in answer.topics]}
+
+    def groups(self) -> dict[str, Any]:
+        answer = self._admin("ListGroups", apb.ListGroupsRequest())
+        groups = []
+        for info in answer.groups[:MAX_GROUPS_IN_OVERVIEW]:
+            row = group_info(info).to_json()
+            progress = self.progress(info.group)
+            row.update(total_lag=progress["total_lag"], dead_letters=progress["dead_letters"],
+                       in_flight=sum(q["in_flight"] for q in progress["queues"]), queues=progress["queues"])
+            groups.append(row)
+        return {"groups": groups}
+
+    def progress(self, group: str, topic: str = "") -> dict[str, Any]:
+        answer = self._ops("GroupProgress", opb.GroupProgressRequest(group=group, topic=topic))
+        return {"group": group, "total_lag": answer.total_lag, "dead_letters": answer.dead_letters,
+                "dead_letters_by_topic": {t.topic: t.count for t in answer.dead_letters_by_topic},
+                "queues": [{"topic": q.topic, "queue_id": q.queue_id, "committed_offset": q.committed_offset,
+                            "min_offset": q.min_offset, "max_offset": q.max_offset, "lag": q.lag,
+                            "in_flight": q.in_flight, "retrying": q.retrying, "expired": q.expired,
+                            "blocked": q.blocked, "last_consumed_store_ms": q.last_consumed_store_ms}
+                           for q in answer.queues]}
+
+    # --------------------------------------------------------------- messages
+    def messages(self, query: dict[str, str]) -> dict[str, Any]:
+        """By `id`; by `topic` and `key` (optional `begin`, `end`, `max`); by
+        `topic`, `queue` and `offset` or `time` (optional `count`)."""
+        group = query.get("group", "")
+        if query.get("id"):
+            answer = self._ops("QueryMessageById", opb.QueryMessageByIdRequest(
+                message_id=query["id"], topic=query.get("topic", ""), group=group))
+        elif query.get("key"):
+            answer = self._ops("QueryMessageByKey", opb.QueryMessageByKeyRequest(
+                topic=query.get("topic", ""), key=query["key"], begin_ms=_int(query, "begin"),
+                end_ms=_int(query, "end"), max=_int(query, "max"), group=group))
+        elif query.get("offset") or query.get("time"):
+            request = opb.QueryMessageByOffsetRequest(topic=query.get("topic", ""), queue_id=_int(query, "queue"),
+                                                      count=_int(query, "count"), group=group)
+            if query.get("offset"):
+                request.offset = _int(query, "offset")
+            else:
+                request.timestamp_ms = _int(query, "time")
+            answer = self._ops("QueryMessageByOffset", request)
+        else:
+            raise ConsoleError(pb.BAD_REQUEST, "search by id, by topic and key, or by topic, queue and offset or time")
+        return {"messages": [_message_json(m) for m in answer.messages], "next_offset": answer.next_offset}
+
+    def dead_letters(self, group: str, max_results: int = 0) -> dict[str, Any]:
+        answer = self._ops("ListDeadLetters", opb.ListDeadLettersRequest(group=group, max=max_results))
+        return {"group": group, "messages": [_message_json(m) for m in answer.messages],
+                "next_offset": answer.next_offset}
+
+    # ---------------------------------------------------------------- actions
+    def reset(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = opb.ResetOffsetRequest(group=str(body.get("group", "")), topic=str(body.get("topic", "")))
+        if body.get("to") in ("earliest", "latest"):
+            request.position = opb.EARLIEST if body["to"] == "earliest" else opb.LATEST
+        elif body.get("to_time") not in (None, ""):
+            request.timestamp_ms = _number(body["to_time"], "to_time")
+        elif body.get("queue") not in (None, "") and body.get("offset") not in (None, ""):
+            request.queue_offset.CopyFrom(opb.QueueOffset(queue_id=_number(body["queue"], "queue"),
+                                                          offset=_number(body["offset"], "offset")))
+        answer = self._ops("ResetOffset", request)
+        return {"entry_index": answer.entry_index, "queues": [
+            {"queue_id": q.queue_id, "previous_offset": q.previous_offset, "offset": q.offset} for q in answer.queues]}
+
+    def resend(self, body: dict[str, Any]) -> dict[str, Any]:
+        answer = self._ops("ResendMessage", opb.ResendMessageRequest(
+            message_id=str(body.get("id", "")), topic=str(body.get("topic", "")), group=str(body.get("group", ""))))
+        return {"entry_index": answer.entry_index, "message": _message_json(answer.message)}
+
+    def resend_dead_letter(self, body: dict[str, Any]) -> dict[str, Any]:
+        answer = self._ops("ResendDeadLetter", opb.ResendDeadLetterRequest(
+            group=str(body.get("group", "")), message_id=str(body.get("id", ""))))
+        return {"entry_index": answer.entry_index, "message": _message_json(answer.message)}
+
+    # --------------------------------------------------------------- plumbing
+    def _admin(self, method: str, request: Any) -> Any:
+        return self._call(admin_pb2_grpc.AdminServiceStub, method, request)
+
+    def _ops(self, method: str, request: Any) -> Any:
+        return self._call(operations_pb2_grpc.OperationsServiceStub, method, request)
+
+    def _call(self, stub_type: Callable[[grpc.Channel], Any], method: str, request: Any) -> Any:
+        """The first reachable server's answer (it forwards changes to the leader)."""
+        failure = ""
+        for address in self.target.servers:
+            try:
+                answer = getattr(stub_type(self._channel(address)), method)(request, timeout=CALL_TIMEOUT_S)
+            except grpc.RpcError as error:
+                failure = f"{address}: {error.code().name} {error.details() or ''}".strip()  # type: ignore[attr-defined]
+                continue
+            if answer.status.code != pb.OK:
+                raise ConsoleError(answer.status.code, answer.status.message)
+            return answer
+        raise ConsoleError(pb.HA_NOT_AVAILABLE, f"no node answered ({failure})")
+
+
+def _message_json(view: opb.MessageView) -> dict[str, Any]:
+    data = message_view(view).to_json()
+    try:
+        data["body_text"] = view.body.decode("utf-8")
+    except UnicodeDecodeError:
+        data["body_text"] = None
+    return data
+
+
+def _int(query: dict[str, str], name: str) -> int:
+    value = query.get(name, "")
+    return _number(value, name) if value != "" else 0
+
+
+def _number(value: Any, name: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConsoleError(pb.BAD_REQUEST, f"{name} must be a whole number, not {value!r}") from None
