@@ -140,7 +140,6 @@ class SimpleConsumer(BaseClient):
             now = time.monotonic()
             queues = [q for q in queues if self.groups.faults.available(q.broker.name, now)] or queues
         queue = queues[next(self._queue_turn) % len(queues)]
-        connection = await self._connection_for(queue, several_groups)
         polling = self.await_duration_s if await_duration_s is None else await_duration_s
         request = spb.ReceiveMessageRequest(
             group=self.connection.resource(self.consumer_group), message_queue=queue,
@@ -149,19 +148,30 @@ class SimpleConsumer(BaseClient):
             long_polling_timeout=duration(polling),
             # The same id on a retry lets the broker hand back the same batch.
             attempt_id=uuid.uuid4().hex)
+        if not several_groups:
+            return await self.connection.call(f"receive from {topic!r}",
+                                              lambda address: self._receive_once(self.connection, address, request,
+                                                                                 polling))
+        # Several groups: one attempt; a group that fails is left alone for
+        # its back-off window and this receive comes back empty (the next one
+        # goes to another group's queue) rather than waiting out the deadline
+        # on a group that lost its leader.
         try:
+            connection = await self._connection_for(queue, several_groups)
             received = await connection.call(f"receive from {topic!r}",
                                              lambda address: self._receive_once(connection, address, request,
-                                                                                polling))
-        except ClientError:
-            if several_groups:
-                self.groups.faults.failed(queue.broker.name, time.monotonic())
-                self.routes.invalidate(topic)
-            raise
-        if several_groups:
-            self.groups.faults.succeeded(queue.broker.name)
-            for message in received:
-                message.broker_name = queue.broker.name
+                                                                                polling), lambda error: False)
+        except ClientError as error:
+            if not error.retriable:
+                raise
+            window = self.groups.faults.failed(queue.broker.name, time.monotonic())
+            self.routes.invalidate(topic)
+            log.info("receive from group %s failed (%s); it is avoided for %.1f s", queue.broker.name, error,
+                     window)
+            return []
+        self.groups.faults.succeeded(queue.broker.name)
+        for message in received:
+            message.broker_name = queue.broker.name
         return received
 
     async def _receive_once(self, connection: Connection, address: str, request: spb.ReceiveMessageRequest,

@@ -100,6 +100,10 @@ class GroupsCluster:
                     break
                 assert answer.status.code == pb.HA_NOT_AVAILABLE and time.monotonic() < deadline, answer.status
                 await asyncio.sleep(0.2)
+        # Returned once a route lists every group (each leader registers the
+        # topic a moment after creating it; a client's route is kept 30 s).
+        from cluster.groups_cli import Group, wait_routed
+        await wait_routed([Group(g, self.addresses(g)) for g in groups or list(self.groups)], topic)
 
     async def stored_ids(self, group: str, topic: str) -> list[str]:
         """The message ids of `topic` in `group`'s committed log, in log order
