@@ -12,7 +12,7 @@ import asyncio
 import logging
 import socket
 import sys
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from broker.client.config import ClientConfig
 from broker.client.connection import Connection
@@ -100,9 +100,10 @@ class BaseClient:
     async def heartbeat(self) -> None:
         await self.heartbeat_on(self.connection)
 
-    async def heartbeat_on(self, connection: Connection) -> None:
+    async def heartbeat_on(self, connection: Connection, retry: Callable[[ClientError], bool] | None = None) -> None:
         """A Heartbeat through `connection` (the configured servers, or one
-        broker group's connection when there are several)."""
+        broker group's connection when there are several); `retry` as in
+        Connection.call."""
         group = self.group()
         request = spb.HeartbeatRequest(client_type=self.client_type)
         if group is not None:
@@ -113,7 +114,7 @@ class BaseClient:
                 request, metadata=connection.headers(), timeout=self.config.request_timeout_s)
             check_status(answer.status, "heartbeat")
 
-        await connection.call("heartbeat", attempt)
+        await connection.call("heartbeat", attempt, retry)
 
     async def _keep_alive(self) -> None:
         while True:

@@ -113,7 +113,7 @@ class SimpleConsumer(BaseClient):
             return self.connection
         connection = self.groups.get(queue)
         if connection.broker_name not in self._greeted:
-            await self.heartbeat_on(connection)
+            await self.heartbeat_on(connection, lambda error: False)   # one attempt: see receive()
             self._greeted.add(connection.broker_name)
         return connection
 
