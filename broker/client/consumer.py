@@ -130,7 +130,9 @@ class SimpleConsumer(BaseClient):
             raise BadRequestError(pb.BAD_REQUEST, "the consumer subscribes to no topic")
         topics = list(self.subscriptions)
         topic = topics[next(self._topic_turn) % len(topics)]
-        route = await self.routes.route(topic)
+        # Once a route is known, a failed refresh keeps it rather than holding
+        # the receive up (a group's leader may just have died).
+        route = await self.routes.route(topic, once=self.routes.known(topic))
         queues = route.readable
         if not queues:
             raise BadRequestError(pb.FORBIDDEN, f"topic {topic!r} has no readable queue")

@@ -220,7 +220,7 @@ class Producer(BaseClient):
         """The topic's route, or None when it cannot be had (the send then
         goes as with one group, and the broker says what is wrong)."""
         try:
-            return await self.routes.route(topic)
+            return await self.routes.route(topic, once=True)
         except ClientError as error:
             log.debug("no route for %r: %s", topic, error)
             return None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import grpc
 
 from broker.client.connection import Connection, access_point
-from broker.client.errors import check_status
+from broker.client.errors import ClientError, check_status
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2 as npb
@@ -50,20 +50,34 @@ class RouteCache:
         self.ttl_s = ttl_s
         self._routes: dict[str, Route] = {}
 
-    async def route(self, topic: str, refresh: bool = False) -> Route:
+    async def route(self, topic: str, refresh: bool = False, once: bool = False) -> Route:
+        """The topic's route. `once`: one attempt (no retries until the
+        deadline), and a failed refresh keeps the route already known (a
+        producer's lookup must not hold its sends up for a whole deadline)."""
         cached = self._routes.get(topic)
         if cached is not None and not refresh and time.monotonic() - cached.fetched_at < self.ttl_s:
             return cached
-        queues = await self._from_name_servers(topic) if self.connection.config.namesrv_addrs else None
-        route = Route(queues if queues else await self._query(topic), time.monotonic())
+        try:
+            queues = await self._from_name_servers(topic) if self.connection.config.namesrv_addrs else None
+            route = Route(queues if queues else await self._query(topic, once), time.monotonic())
+        except ClientError:
+            if once and cached is not None:
+                return cached
+            raise
         self._routes[topic] = route
         return route
 
-    def invalidate(self, topic: str) -> None:
-        """Fetch the route again on its next use (after a failure)."""
-        self._routes.pop(topic, None)
+    def known(self, topic: str) -> bool:
+        return topic in self._routes
 
-    async def _query(self, topic: str) -> list[pb.MessageQueue]:
+    def invalidate(self, topic: str) -> None:
+        """Fetch the route again on its next use (after a failure); until a
+        fetch succeeds, a lookup with `once` still has the old one."""
+        cached = self._routes.get(topic)
+        if cached is not None:
+            self._routes[topic] = Route(cached.queues, float("-inf"))
+
+    async def _query(self, topic: str, once: bool = False) -> list[pb.MessageQueue]:
         connection = self.connection
         request = spb.QueryRouteRequest(topic=connection.resource(topic),
                                         endpoints=access_point(connection.config.servers))
@@ -74,7 +88,7 @@ class RouteCache:
             check_status(answer.status, f"route of {topic!r}")
             return list(answer.message_queues)
 
-        return await connection.call("QueryRoute", attempt)
+        return await connection.call("QueryRoute", attempt, (lambda error: False) if once else None)
 
     async def _from_name_servers(self, topic: str) -> list[pb.MessageQueue] | None:
         """The topic's queues as the first name server that answers knows
