@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from broker import validation
+from broker.auth.metadata import AuthMetadataManager
 from broker.clients import ClientRegistry
 from broker.cluster_routes import ClusterRoutes
 from broker.config import BrokerConfig
@@ -19,6 +20,7 @@ from broker.send import SendService
 from broker.timer.service import TimerService
 from broker.topics import TopicService
 from broker.transaction.service import TransactionService
+from dledger.rpc.tls import PLAINTEXT, TlsMaterial
 from dledger.server import DLedgerServer
 from dledger.tasks import start_task
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -30,7 +32,7 @@ log = logging.getLogger(__name__)
 
 class Broker:
     def __init__(self, config: BrokerConfig, store: MessageStore, server: DLedgerServer,
-                 registration_observer: Observer | None = None) -> None:
+                 tls: TlsMaterial = PLAINTEXT, registration_observer: Observer | None = None) -> None:
         self.config = config
         self.store = store
         self.server = server
@@ -41,8 +43,12 @@ class Broker:
         self.timers = TimerService(config, store, self.topics, gate)
         self.transactions = TransactionService(config, store, self.topics, self.clients, gate)
         self.sender = SendService(config, store, self.topics, self.timers, self.transactions)
-        self.forwarder = LeaderForwarder(server, config)
+        self.forwarder = LeaderForwarder(server, config, tls)
         self.consumer = ConsumerService(store, self.topics, self.clients, self.ensure_group)
+        # Users and ACLs are replicated whether or not this node enforces
+        # them, so that turning auth on finds every node agreeing.
+        self.auth_metadata = AuthMetadataManager(store.config.config_dir)
+        store.add_manager(self.auth_metadata)
         self._tasks: list[asyncio.Task[None]] = []
         # Broker groups (broker/registration.py, broker/cluster_routes.py):
         # only with name servers; a single group needs none.

@@ -20,6 +20,7 @@ import grpc
 
 from broker.config import BrokerConfig
 from broker.errors import BrokerError
+from dledger.rpc import tls
 from dledger.rpc.channel import channel_options
 from dledger.server import DLedgerServer
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -39,9 +40,13 @@ StubFactory = Callable[[grpc.aio.Channel], Any]
 
 
 class LeaderForwarder:
-    def __init__(self, server: DLedgerServer, config: BrokerConfig) -> None:
+    def __init__(self, server: DLedgerServer, config: BrokerConfig, material: tls.TlsMaterial = tls.PLAINTEXT
+                 ) -> None:
         self.server = server
         self.config = config
+        # The leader's peer address is a members-only mutual-TLS port when
+        # the node has the cluster CA.
+        self._tls = material
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def is_leader(self) -> bool:
@@ -128,7 +133,7 @@ class LeaderForwarder:
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self._channels[address] = tls.channel(address, CHANNEL_OPTIONS, material=self._tls)
         return channel
 
 

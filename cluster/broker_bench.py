@@ -22,6 +22,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 from broker.client import AdminClient, ClientError, Message, Producer, SimpleConsumer
 
@@ -160,7 +161,10 @@ async def prefill(servers: list[str] | str, topic: str, size: int, count: int) -
 
 
 async def bench_consume(servers: list[str] | str, topic: str, group: str | None, size: int, messages: int,
-                        inflight: int, batch: int, duration_s: float) -> ConsumeBenchResult:
+                        inflight: int, batch: int, duration_s: float,
+                        on_start: Callable[[], None] = lambda: None) -> ConsumeBenchResult:
+    """`on_start` runs once the topic is filled, as the consumption starts
+    (a caller measuring CPU leaves the filling out)."""
     if inflight < 1 or batch < 1 or messages < 1 or duration_s <= 0:
         raise ValueError("need --inflight >= 1, --batch >= 1, --messages >= 1, --duration > 0")
     await ensure_topic(servers, topic)
@@ -168,6 +172,7 @@ async def bench_consume(servers: list[str] | str, topic: str, group: str | None,
     await prefill(servers, topic, size, messages)
     result = ConsumeBenchResult(size, inflight, batch)
     async with SimpleConsumer(servers, group, {topic: "*"}) as consumer:
+        on_start()
         start = time.perf_counter()
         stop_at = start + duration_s
         reached = asyncio.Event()

@@ -47,6 +47,7 @@ from broker.client import (AdminClient, ClientError, Message, NotFoundError, Off
 from broker.client.admin import MESSAGE_TYPES
 from cluster import groups_cli, ops_cli
 from cluster.cli_args import non_negative_int, positive_float, positive_int, servers_arg
+from cluster.security_cli import add_client_security_arguments
 
 # Messages per send call for `send --count` (the producer batches them).
 SEND_CHUNK = 1000
@@ -359,6 +360,7 @@ def _parser(subparsers: Any, name: str, help_text: str,
     parser.add_argument("--servers", type=servers_arg, required=True, metavar="HOST:PORT[,...]",
                         help="any nodes of the cluster; the client finds the leader")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    add_client_security_arguments(parser)
     parser.set_defaults(run=_reports_errors(error_name, command))
     return parser
 

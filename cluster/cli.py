@@ -4,7 +4,7 @@ Tools outside this project depend on these command forms and on the JSON
 they print (issue 2), so both stay exactly as documented:
 
     dledger node --id ID --peers ID=HOST:PORT,... --data-dir DIR [--metrics-port P]
-    dledger cluster up [--nodes 3] [--data-dir ./data] [--base-port 20911] [--groups 1]
+    dledger cluster up [--nodes 3] [--data-dir ./data] [--base-port 20911] [--secure] [--groups 1]
     dledger nameserver --listen HOST:PORT [--metrics-port P] [--expiry 120] [--scan-interval 10]
     dledger status --servers HOST:PORT[,...] --json
     dledger append --servers ... (--data TEXT | --count N --size BYTES) --json
@@ -18,6 +18,10 @@ they print (issue 2), so both stay exactly as documented:
     dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...] [--seed N]
                   [--workload log|broker] [--out DIR] --json
     dledger replay (--data-dir DIR | --servers ...) --out DIR [--json] [--master URL]
+    dledger certs create --out DIR --nodes ID,... [--hosts HOST,...] [--endpoints HOST:PORT,...]
+    dledger user create|update|delete|list --servers ... [--name N --new-secret-file F --type Super|Normal]
+    dledger acl create|delete|list --servers ... --subject User:N [--resource R ... --actions A,B --decision D]
+    (every command that talks to a node also takes --user N --secret-file F --tls-ca F)
 
 Exit codes: 0 success, 1 a failure (message on stderr), 2 a usage error.
 """
@@ -32,7 +36,7 @@ import os
 import sys
 from typing import Any, Awaitable, Callable
 
-from cluster import broker_cli
+from cluster import broker_cli, security_cli
 from cluster.chaos.command import add_arguments as add_chaos_arguments
 from cluster.config import ConfigError, add_node_arguments, broker_settings_from_args, config_from_args
 from cluster.cli_args import address_arg, non_negative_int, positive_float, positive_int, servers_arg
@@ -223,12 +227,15 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
     try:
         if args.groups > 1:
+            if args.secure:
+                raise ValueError("--secure with several --groups is not supported yet")
             plan_groups(args.groups, args.nodes, args.data_dir, args.base_port)
         else:
-            plan_nodes(args.nodes, args.data_dir, args.base_port)
+            plan_nodes(args.nodes, args.data_dir, args.base_port, secure=args.secure)
     except ValueError as error:
         return fail("cluster up", str(error), code=2)
-    return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group, args.groups))
+    return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group, secure=args.secure,
+                                  groups=args.groups))
 
 
 def cmd_nameserver(args: argparse.Namespace) -> int:
@@ -273,6 +280,7 @@ def _client_parser(subparsers: Any, name: str, help_text: str) -> argparse.Argum
                         help="any nodes of the group; the leader is found from them")
     parser.add_argument("--group", default="default", help="the DLedger group (default: default)")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    security_cli.add_client_security_arguments(parser)
     return parser
 
 
@@ -295,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--base-port", type=positive_int, default=20911,
                     help="node i serves gRPC on BASE+i and metrics on BASE+100+i")
     up.add_argument("--group", default="default")
+    up.add_argument("--secure", action="store_true",
+                    help="TLS for clients, mutual TLS between peers (on BASE+200+i), auth and ACLs on; the CA and "
+                         "the super user admin's secret go under DATA-DIR/secure/")
     up.add_argument("--groups", type=positive_int, default=1,
                     help="broker groups g0..g<G-1> behind a name server on BASE+90 (metrics BASE+190); node i of "
                          "group g is g<g>n<i> on BASE+10g+i (metrics BASE+100+10g+i)")
@@ -371,6 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_chaos_arguments(chaos)
     chaos.set_defaults(run=cmd_chaos)
 
+    security_cli.add_security_commands(commands)
+
     replay = commands.add_parser("replay", help="replay the committed log with Spark and check the broker's queues")
     _add_replay_arguments(replay)
     replay.set_defaults(run=cmd_replay)
@@ -411,8 +424,9 @@ def run(argv: list[str] | None = None) -> int:
     if args.run is cmd_bench_append and args.duration <= 0:
         parser.error("bench append: --duration must be positive")
     broker_cli.check_usage(parser, args)
-    if args.run in (cmd_node, cmd_cluster_up, cmd_chaos, cmd_replay, cmd_nameserver):
+    if args.run in (cmd_node, cmd_cluster_up, cmd_chaos, cmd_replay, cmd_nameserver) or getattr(args, "sync", False):
         return args.run(args)
+    security_cli.export_client_security(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     return _run_client_command(args.command, args.run, args)

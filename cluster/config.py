@@ -36,6 +36,7 @@ from broker.config import BrokerConfig
 from dledger import failpoints
 from dledger.client import parse_servers
 from dledger.config import DLedgerConfig, FlushMode, PeerAddress, parse_peers
+from dledger.rpc.credentials import ENV_SECRET_FILE, ENV_TLS_CA, ENV_USER
 
 BROKER_TABLE = "broker"
 # Follow from the group and its peers, not from configuration.
@@ -70,6 +71,16 @@ TUNING_FLAGS: list[tuple[str, str, str, str]] = [
      "where clients should connect to each node, when that differs from --peers (docker, proxies)"),
     ("--listen-address", "listen_address", "HOST:PORT",
      "where the gRPC port binds, when not this node's peer address (0.0.0.0:PORT in a container)"),
+    # Security (README, "Security").
+    ("--tls-cert-file", "tls_cert_file", "FILE", "this node's certificate (PEM): every port speaks TLS"),
+    ("--tls-key-file", "tls_key_file", "FILE", "the key of --tls-cert-file"),
+    ("--peer-tls-ca-file", "peer_tls_ca_file", "FILE",
+     "the cluster CA: peers talk mutual TLS on their own port, clients use the advertised address"),
+    ("--client-listen-address", "client_listen_address", "HOST:PORT",
+     "with mutual TLS, where the client port binds (default: this node's advertised address)"),
+    ("--auth-enabled", "auth_enabled", "true|false", "require RocketMQ 5 request signatures and ACLs"),
+    ("--auth-super-user", "auth_super_user", "NAME", "the first super user's name (default admin)"),
+    ("--auth-super-secret-file", "auth_super_secret_file", "FILE", "the first super user's secret"),
 ]
 
 ENV_PREFIX = "DLEDGER_"
@@ -82,6 +93,8 @@ ENV_METRICS_HOST = "DLEDGER_METRICS_HOST"
 # The broker's name servers (a container's way to say --namesrv-addrs).
 ENV_NAMESRV_ADDRS = "DLEDGER_NAMESRV_ADDRS"
 DEFAULT_METRICS_HOST = "127.0.0.1"
+# Read by our clients, so a shell that exported them can still start nodes.
+CLIENT_ENV = frozenset({ENV_USER, ENV_SECRET_FILE, ENV_TLS_CA})
 
 
 @dataclass
@@ -150,6 +163,8 @@ def settings_from_env(environ: Mapping[str, str]) -> EnvSettings:
             continue  # a broker setting: broker_settings_from_args
         elif variable == failpoints.ENV_DIR:
             continue  # read by dledger.failpoints: test harnesses only
+        elif variable in CLIENT_ENV:
+            continue  # a client's credentials and CA (dledger/rpc/credentials.py), not the node's
         elif variable == ENV_METRICS_PORT:
             env.metrics_port = env_metrics_port(text)
         else:

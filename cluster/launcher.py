@@ -10,6 +10,12 @@ base-port+10g+i and metrics on base-port+100+10g+i, and keeps its files in
 restart it with `dledger node` on the same data dir: the launcher reports a
 node that dies and never restarts it. Ctrl-C or SIGTERM stops them all:
 SIGTERM to each, then SIGKILL to any still running after a timeout.
+
+With `--secure` (cluster/secure_setup.py) the launcher first makes a CA,
+node certificates and the super user `admin`'s secret under
+`<data-dir>/secure/` (kept for the next start), then runs every node with
+TLS for clients on base-port+i, mutual TLS between peers on
+base-port+200+i, and authentication and ACLs on.
 """
 from __future__ import annotations
 
@@ -20,18 +26,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from cluster.secure_setup import PEER_PORT_OFFSET, SecureSetup
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError
 
 METRICS_PORT_OFFSET = 100
+NAMESRV_PORT_OFFSET = 90
+GROUP_PORT_STRIDE = 10
 # How long the nodes get to stop cleanly before SIGKILL.
 STOP_TIMEOUT_S = 10.0
 # Past this, the launcher says the cluster is not ready but keeps running.
 READY_TIMEOUT_S = 30.0
-
-
-NAMESRV_PORT_OFFSET = 90
-GROUP_PORT_STRIDE = 10
 
 
 @dataclass(frozen=True)
@@ -41,23 +46,31 @@ class NodeSpec:
     port: int
     metrics_port: int
     data_dir: str
-    group: str = ""              # empty: the --group of `cluster up`
+    peer_port: int = 0   # with --secure: the members-only mutual-TLS port
+    group: str = ""      # empty: the --group of `cluster up`
+
+    @property
+    def peer_address(self) -> str:
+        return f"{self.host}:{self.peer_port or self.port}"
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
 
-def plan_nodes(count: int, data_dir: str, base_port: int, host: str = "127.0.0.1") -> list[NodeSpec]:
+def plan_nodes(count: int, data_dir: str, base_port: int, host: str = "127.0.0.1",
+               secure: bool = False) -> list[NodeSpec]:
     if count < 1:
         raise ValueError("--nodes must be at least 1")
     if count > METRICS_PORT_OFFSET:
         # More would put node 100's gRPC port on node 0's metrics port.
         raise ValueError(f"--nodes must be at most {METRICS_PORT_OFFSET}")
-    if not (0 < base_port and base_port + METRICS_PORT_OFFSET + count - 1 < 65536):
+    highest = base_port + (PEER_PORT_OFFSET if secure else METRICS_PORT_OFFSET) + count - 1
+    if not (0 < base_port and highest < 65536):
         raise ValueError(f"--base-port {base_port}: the ports would leave 1..65535")
     return [NodeSpec(f"n{i}", host, base_port + i, base_port + METRICS_PORT_OFFSET + i,
-                     str(Path(data_dir) / f"n{i}")) for i in range(count)]
+                     str(Path(data_dir) / f"n{i}"), base_port + PEER_PORT_OFFSET + i if secure else 0)
+            for i in range(count)]
 
 
 def plan_groups(groups: int, count: int, data_dir: str, base_port: int,
@@ -80,16 +93,20 @@ def plan_groups(groups: int, count: int, data_dir: str, base_port: int,
 
 
 def peers_flag(nodes: list[NodeSpec]) -> str:
-    return ",".join(f"{n.id}={n.address}" for n in nodes)
+    return ",".join(f"{n.id}={n.peer_address}" for n in nodes)
 
 
-def node_command(node: NodeSpec, nodes: list[NodeSpec], group: str, namesrv: NodeSpec | None = None) -> list[str]:
+def node_command(node: NodeSpec, nodes: list[NodeSpec], group: str, secure: SecureSetup | None = None,
+                 namesrv: NodeSpec | None = None) -> list[str]:
     command = [sys.executable, "-m", "cluster.cli", "node", "--id", node.id,
                "--peers", peers_flag([n for n in nodes if n.group == node.group]), "--data-dir", node.data_dir,
                "--metrics-port", str(node.metrics_port), "--group", node.group or group,
                "--exit-with-parent", str(os.getpid())]
     if namesrv is not None:
         command += ["--namesrv-addrs", namesrv.address]
+    if secure is not None:
+        command += ["--advertised-addresses", ",".join(f"{n.id}={n.address}" for n in nodes),
+                    *secure.node_args(node.id)]
     return command
 
 
@@ -112,9 +129,11 @@ def say(line: str) -> None:
 
 
 class Launcher:
-    def __init__(self, nodes: list[NodeSpec], group: str = "default", namesrv: NodeSpec | None = None) -> None:
+    def __init__(self, nodes: list[NodeSpec], group: str = "default", secure: SecureSetup | None = None,
+                 namesrv: NodeSpec | None = None) -> None:
         self.nodes = nodes
         self.group = group
+        self.secure = secure
         self.namesrv = namesrv
         self.processes: dict[str, asyncio.subprocess.Process] = {}
         self._stop = asyncio.Event()
@@ -150,11 +169,16 @@ class Launcher:
         for node in self.nodes:
             Path(node.data_dir).mkdir(parents=True, exist_ok=True)
             process = await asyncio.create_subprocess_exec(
-                *node_command(node, self.nodes, self.group, self.namesrv), env=env, stdin=asyncio.subprocess.DEVNULL)
+                *node_command(node, self.nodes, self.group, self.secure, self.namesrv), env=env,
+                stdin=asyncio.subprocess.DEVNULL)
             self.processes[node.id] = process
             say(f"{node.id} grpc={node.address} metrics=http://{node.host}:{node.metrics_port}/metrics "
                 f"data={node.data_dir} pid={process.pid}")
         say(f"servers {','.join(n.address for n in self.nodes)}")
+        if self.secure is not None:
+            say(f"secure: TLS CA {self.secure.ca_file}, user admin, secret {self.secure.admin_secret_file} "
+                f"(dledger ... --user admin --secret-file {self.secure.admin_secret_file} "
+                f"--tls-ca {self.secure.ca_file})")
 
     async def _watch(self, node: NodeSpec) -> None:
         process = self.processes[node.id]
@@ -174,9 +198,10 @@ class Launcher:
         they agree on a leader."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + READY_TIMEOUT_S
+        security = self.secure.admin_security() if self.secure is not None else None
         groups = list(dict.fromkeys(n.group for n in self.nodes))
-        clients = {g: DLedgerClient([n.address for n in self.nodes if n.group == g], g or self.group)
-                   for g in groups}
+        clients = {g: DLedgerClient([n.address for n in self.nodes if n.group == g], g or self.group,
+                                    security=security) for g in groups}
         leaders: dict[str, tuple[str, int]] = {}
         try:
             while True:
@@ -236,8 +261,12 @@ def _signal(process: asyncio.subprocess.Process, signum: int) -> None:
         pass  # it exited between the check and the signal
 
 
-async def cluster_up(count: int, data_dir: str, base_port: int, group: str = "default", groups: int = 1) -> int:
+async def cluster_up(count: int, data_dir: str, base_port: int, group: str = "default",
+                     secure: bool = False, groups: int = 1) -> int:
     if groups > 1:
-        nodes, namesrv = plan_groups(groups, count, data_dir, base_port)
-        return await Launcher(nodes, group, namesrv).run()
-    return await Launcher(plan_nodes(count, data_dir, base_port), group).run()
+        group_nodes, namesrv = plan_groups(groups, count, data_dir, base_port)
+        return await Launcher(group_nodes, group, namesrv=namesrv).run()
+    nodes = plan_nodes(count, data_dir, base_port, secure=secure)
+    setup = SecureSetup.prepare(Path(data_dir), [n.id for n in nodes], [n.address for n in nodes]) \
+        if secure else None
+    return await Launcher(nodes, group, setup).run()

@@ -161,6 +161,10 @@ class NodeMetrics:
                                 registry=self.registry)
         self._registrations_ok = registrations.labels(group, self_id, "ok")
         self._registrations_failed = registrations.labels(group, self_id, "failed")
+        # Audit: refused calls by reason (missing, malformed, unknown_user,
+        # bad_signature, stale, forbidden) and RPC; never who or with what secret.
+        self.auth_denied = Counter("dledger_auth_denied", "Calls refused by authentication or ACLs",
+                                   ("group", "self_id", "reason", "rpc"), registry=self.registry)
         self._http: tuple[object, threading.Thread] | None = None
 
     def on_registration(self, ok: bool) -> None:
@@ -169,6 +173,9 @@ class NodeMetrics:
     def bind(self, status: Callable[[], NodeStatus],
              loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.registry.register(StatusCollector(status, self.group, self.self_id, loop))
+
+    def on_auth_denied(self, reason: str, rpc: str) -> None:
+        self.auth_denied.labels(self.group, self.self_id, reason, rpc).inc()
 
     def serve(self, address: str) -> None:
         """Serve /metrics on `address` (host:port) from a daemon thread."""

@@ -28,6 +28,7 @@ from cluster.console.backend import Target
 from cluster.metrics import NodeMetrics
 from dledger.tasks import set_crash_handler
 from dledger.config import DLedgerConfig
+from dledger.rpc import tls
 from dledger.rpc.peer_client import GrpcTransport
 from dledger.rpc.service import DLedgerServicer
 from dledger.server import DLedgerServer
@@ -39,6 +40,12 @@ from store.message_store import MessageStore
 from dledger.errors import CorruptLogError
 from store.errors import StoreError, StoreStartError
 from store.socket_address import SocketAddress
+from cluster.security.peer_guard import PeerOnlyGuard
+from broker.auth.guard import AccessGuard, AuthSettings
+from broker.auth.interceptor import AuthInterceptor
+from broker.auth.service import add_auth_service
+from broker.namespaces import NamespaceInterceptor
+from dledger.rpc.credentials import read_secret
 
 log = logging.getLogger("dledger.node")
 
@@ -83,6 +90,11 @@ class Node:
         self.server: DLedgerServer | None = None
         self.transport: GrpcTransport | None = None
         self.grpc_server: grpc.aio.Server | None = None
+        # With mutual TLS: the members-only port (the peer address).
+        self.peer_server: grpc.aio.Server | None = None
+        self.tls = tls.PLAINTEXT
+        self._auth_interceptor: _LateAuthInterceptor | None = None
+        self.guard: AccessGuard | None = None
         self.health = health.aio.HealthServicer()
         self.metrics = NodeMetrics(config.group, config.self_id)
         self.store: MessageStore | None = None
@@ -91,15 +103,16 @@ class Node:
 
     async def start(self) -> None:
         config = self.config
-        self.transport = GrpcTransport(config)
+        try:
+            self.tls = tls.load_material(config.tls_cert_file, config.tls_key_file, config.peer_tls_ca_file)
+        except tls.TlsConfigError as error:
+            raise NodeStartError(str(error)) from None
+        auth = self._auth_settings()
+        signing = (auth.super_user, auth.super_secret) if auth.enabled else None
+        self.transport = GrpcTransport(config, self.tls, signing)
         self.server = DLedgerServer(config, self.transport, observer=self.metrics.observer)
-        self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS)
         servicer = DLedgerServicer(self.server, os.getpid(), config.metrics_address)
-        dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, self.grpc_server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
-        # Bind before the log is opened: a second node started on this port
-        # (or with this id) fails here, before it has touched anything.
-        self._bind(config.bind_address)
+        self._build_servers(servicer, auth)
         try:
             await self.server.start()
         except CorruptLogError as error:
@@ -114,28 +127,81 @@ class Node:
                                   self.server, store_host(config))
         # The broker registers its state machines with the store before the
         # store replays the log into them.
-        self.broker = Broker(broker_settings, self.store, self.server, self.metrics.on_registration)
+        self.broker = Broker(broker_settings, self.store, self.server, tls=self.tls,
+                             registration_observer=self.metrics.on_registration)
+        guard = self.guard = AccessGuard(auth, self.broker.auth_metadata)
+        guard.on_denied = self.metrics.on_auth_denied
+        if self._auth_interceptor is not None:
+            self._auth_interceptor.interceptor = AuthInterceptor(guard)
         try:
             await self.store.start()
         except StoreStartError as error:
             raise NodeStartError(str(error)) from None
         await self.broker.start()
-        messaging_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self.broker), self.grpc_server)
-        add_admin_service(self.broker, self.grpc_server)
-        await self.grpc_server.start()
+        # The peer port serves the messaging and admin services too: a
+        # follower forwards client calls to the leader's peer address.
+        messaging = MessagingServicer(self.broker)
+        for server in self._servers:
+            messaging_grpc.add_MessagingServiceServicer_to_server(messaging, server)
+            add_admin_service(self.broker, server)
+            add_auth_service(guard, self.store, self.broker.forwarder, server)
+        for server in self._servers:
+            await server.start()
         if config.metrics_address:
             self._serve_metrics(config.metrics_address)
         for service in HEALTH_SERVICES:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        log.info("node started: group=%s address=%s listen=%s peers=%s metrics=%s data_dir=%s flush=%s pid=%d",
-                 config.group, config.self_peer.address, config.bind_address,
+        log.info("node started: group=%s address=%s listen=%s peers=%s metrics=%s data_dir=%s flush=%s tls=%s "
+                 "pid=%d", config.group, config.self_peer.address, config.bind_address,
                  ",".join(f"{p.id}={p.address}" for p in config.peers),
-                 config.metrics_address or "-", config.data_dir, config.flush_mode.value, os.getpid())
+                 config.metrics_address or "-", config.data_dir, config.flush_mode.value,
+                 ("mutual, clients on " + config.client_bind_address) if config.mutual_tls
+                 else "on" if self.tls.enabled else "off", os.getpid())
 
-    def _bind(self, address: str) -> None:
-        assert self.grpc_server is not None
+    def _build_servers(self, servicer: DLedgerServicer, auth: AuthSettings) -> None:
+        """The client port (and, with mutual TLS, the members' port), bound
+        before the log is opened: a second node started on this port (or
+        with this id) fails here, before it has touched anything."""
+        config = self.config
+        client_interceptors: list[grpc.aio.ServerInterceptor] = []
+        if config.mutual_tls:
+            # Clients may not speak the peer protocol on their port.
+            client_interceptors.append(PeerOnlyGuard())
+            self.peer_server = grpc.aio.server(options=GRPC_OPTIONS)
+        # Namespaces first: the ACL check then sees the names as stored.
+        client_interceptors.append(NamespaceInterceptor())
+        # The guard needs the broker's users, made later; the interceptor
+        # defers to it and no call is served before the server starts.
+        self._auth_interceptor = _LateAuthInterceptor() if auth.enabled else None
+        if self._auth_interceptor is not None:
+            client_interceptors.append(self._auth_interceptor)
+        self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=client_interceptors)
+        for server in self._servers:
+            dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, server)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        if self.peer_server is not None:
+            self._bind(self.peer_server, config.bind_address, peer_port=True)
+            self._bind(self.grpc_server, config.client_bind_address)
+        else:
+            self._bind(self.grpc_server, config.bind_address)
+
+    def _auth_settings(self) -> AuthSettings:
+        config = self.config
+        if not config.auth_enabled:
+            return AuthSettings()
         try:
-            port = self.grpc_server.add_insecure_port(address)
+            secret = read_secret(config.auth_super_secret_file)
+        except ValueError as error:
+            raise NodeStartError(f"auth_super_secret_file: {error}") from None
+        return AuthSettings(True, config.auth_super_user, secret, config.auth_max_skew_s)
+
+    @property
+    def _servers(self) -> list[grpc.aio.Server]:
+        return [s for s in (self.grpc_server, self.peer_server) if s is not None]
+
+    def _bind(self, server: grpc.aio.Server, address: str, peer_port: bool = False) -> None:
+        try:
+            port = tls.add_port(server, address, self.tls, peer_port=peer_port)
         except RuntimeError as error:
             raise NodeStartError(f"cannot listen on {address}: {error}") from None
         if port == 0:
@@ -143,8 +209,14 @@ class Node:
 
     def _serve_metrics(self, address: str) -> None:
         try:
-            # The web console shares the port; it reads the cluster through this node's gRPC APIs.
             config = self.config
+            if config.auth_enabled or self.tls.enabled:
+                # The console would serve the admin APIs to whoever reaches
+                # the metrics port, without credentials: on a secured node it
+                # runs only as `dledger console` with the operator's own.
+                self.metrics.serve(address)
+                return
+            # The web console shares the port; it reads the cluster through this node's gRPC APIs.
             self.metrics.serve_with_console(address, Target((config.address_of(config.self_id),), config.group))
         except OSError as error:
             raise NodeStartError(f"cannot serve metrics on {address}: {error.strerror}") from None
@@ -156,8 +228,7 @@ class Node:
         self._stopped = True
         log.info("node stopping")
         await self.health.enter_graceful_shutdown()
-        if self.grpc_server is not None:
-            await self.grpc_server.stop(self.grace_s)
+        await asyncio.gather(*(server.stop(self.grace_s) for server in self._servers))
         if self.broker is not None:
             await self.broker.stop()
         if self.store is not None:
@@ -168,6 +239,19 @@ class Node:
             await self.transport.close()
         await asyncio.to_thread(self.metrics.close)
         log.info("node stopped")
+
+
+class _LateAuthInterceptor(grpc.aio.ServerInterceptor):
+    """The server (and its interceptors) is made before the broker that
+    holds the users; until the real interceptor is set no call is served
+    (the port opens only after), so this only defers to it."""
+
+    def __init__(self) -> None:
+        self.interceptor: AuthInterceptor | None = None
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        assert self.interceptor is not None, "the auth interceptor is set before the server starts"
+        return await self.interceptor.intercept_service(continuation, details)
 
 
 def broker_config(config: DLedgerConfig, settings: dict[str, Any] | None = None) -> BrokerConfig:

@@ -47,11 +47,17 @@ DEFAULT_NODE_FILES = ["--data-file-size", str(DLedgerConfig.data_file_size),
 
 class ProcessCluster:
     def __init__(self, base: Path, size: int = 3, extra_args: list[str] | None = None,
-                 log_dir: Path | None = None, id_prefix: str = "n") -> None:
-        ports = free_ports(size)
+                 log_dir: Path | None = None, tls_dir: Path | None = None, id_prefix: str = "n") -> None:
         # Broker groups side by side name their nodes g<g>n<i> (id_prefix "g0n").
         self.ids = [f"{id_prefix}{i}" for i in range(size)]
+        # With `tls_dir` (made by cluster.certs.create for these ids): mutual
+        # TLS between peers on ports of their own; `addresses` stay the
+        # addresses clients use (TLS).
+        self.tls_dir = tls_dir
+        ports = free_ports(size * 2 if tls_dir else size)
         self.addresses = {n: f"127.0.0.1:{p}" for n, p in zip(self.ids, ports)}
+        self.peer_addresses = {n: f"127.0.0.1:{p}" for n, p in zip(self.ids, ports[size:])} if tls_dir \
+            else self.addresses
         self.base = base
         self.log_dir = log_dir or base
         # Node files sized for tests and tools: the default 1 GiB data segments
@@ -69,12 +75,16 @@ class ProcessCluster:
 
     @property
     def peers(self) -> str:
+        return ",".join(f"{n}={a}" for n, a in self.peer_addresses.items())
+
+    @property
+    def advertised(self) -> str:
         return ",".join(f"{n}={a}" for n, a in self.addresses.items())
 
     def peers_of(self, node: str) -> str:
         """The --peers value node `node` starts with."""
         if node in self.joining:
-            return ",".join(f"{n}={self.addresses[n]}" for n in [*self.joining[node], node])
+            return ",".join(f"{n}={self.peer_addresses[n]}" for n in [*self.joining[node], node])
         if self.routes is None:
             return self.peers
         return ",".join(f"{n}={a}" for n, a in self.routes[node].items())
@@ -84,6 +94,8 @@ class ProcessCluster:
         group's current members) and itself, for `dledger member add`.
         Returns its address."""
         self.addresses[node] = f"127.0.0.1:{free_ports(1)[0]}"
+        if self.tls_dir is not None:
+            self.peer_addresses[node] = f"127.0.0.1:{free_ports(1)[0]}"
         self.ids.append(node)
         self.joining[node] = list(members)
         self.start(node)
@@ -91,7 +103,9 @@ class ProcessCluster:
 
     def start(self, node: str | None = None) -> None:
         for node_id in [node] if node else self.ids:
-            routing = [] if self.routes is None else ["--advertised-addresses", self.peers]
+            routing = [] if self.routes is None and self.tls_dir is None \
+                else ["--advertised-addresses", self.advertised]
+            routing += self.tls_args(node_id)
             if node_id in self.joining:
                 routing.append("--join")
             log = open(self.log_dir / f"{node_id}.log", "ab")
@@ -104,6 +118,13 @@ class ProcessCluster:
                  "--exit-with-parent", str(os.getpid())],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
             log.close()
+
+    def tls_args(self, node: str) -> list[str]:
+        if self.tls_dir is None:
+            return []
+        return ["--tls-cert-file", str(self.tls_dir / f"{node}.pem"),
+                "--tls-key-file", str(self.tls_dir / f"{node}-key.pem"),
+                "--peer-tls-ca-file", str(self.tls_dir / "ca.pem")]
 
     def failpoints_dir(self, node: str) -> Path:
         """Where a file named after a failpoint makes it fire once in that

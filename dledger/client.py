@@ -15,11 +15,17 @@ request left, a leader killed) is simply retried until the deadline, without
 storing anything twice. With `producer_id=""` the client is not idempotent and
 retries only where the entry was surely not appended.
 
-Concurrent append() calls are coalesced: while `max_inflight_appends` Append
-RPCs are in flight, calls that arrive queue up and leave together in the next
-RPC (Kafka's producer batching, with no linger: a lone call goes out at once).
-Python gRPC costs about as much per call as per kilobyte, so this is what lets
-many small appends through; `coalesce=False` sends one RPC per call.
+Appends travel as messages on one long-lived AppendStream to the leader
+(dledger/rpc/append_stream.py), answered by id as they commit: a message on an
+open stream costs Python gRPC a fraction of a unary call. Concurrent append()
+calls are coalesced, as Kafka's producer batches records: calls made in the
+same event-loop turn (or within `linger_s`, 0 by default) leave together in
+one message, at most MAX_COALESCED_ENTRIES / MAX_COALESCED_BYTES per message
+(a full batch leaves at once), and while `max_inflight_appends` messages are
+in flight the calls that arrive queue up for the next one. Each caller gets
+its own outcome: the leader checks each caller's bodies on their own, so one
+caller's oversized body fails that caller only. `coalesce=False` sends one
+message per call.
 """
 from __future__ import annotations
 
@@ -37,6 +43,8 @@ from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception,
 
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.rpc.channel import channel_options
+from dledger.rpc.credentials import ClientSecurity
+from dledger.rpc.request_stream import RequestStream, StreamFailure
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
 
@@ -83,7 +91,7 @@ PROMOTION_POLL_S = 0.1
 # name a higher term.
 DISCOVERY_GRACE_S = 0.1
 
-# Coalescing limits: Append RPCs in flight per client, and what one carries.
+# Coalescing limits: AppendStream messages in flight per client, and what one carries.
 MAX_INFLIGHT_APPENDS = 4
 MAX_COALESCED_ENTRIES = 2000
 MAX_COALESCED_BYTES = 4 << 20
@@ -174,7 +182,7 @@ def node_status_row(address: str, metadata: pb.MetadataResponse | None,
 
 @dataclass
 class _QueuedAppend:
-    """One append() call waiting for a coalesced RPC."""
+    """One append() call waiting for a coalesced message."""
     bodies: list[bytes]
     size: int
     future: asyncio.Future[AppendResult] = field(repr=False)
@@ -195,8 +203,13 @@ class DLedgerClient:
                  deadline_s: float = 10.0, probe_timeout_s: float = 1.0,
                  append_timeout_s: float = 5.0, call_timeout_s: float = 3.0,
                  producer_id: str | None = None, coalesce: bool = True,
-                 max_inflight_appends: int = MAX_INFLIGHT_APPENDS) -> None:
+                 max_inflight_appends: int = MAX_INFLIGHT_APPENDS, linger_s: float = 0.0,
+                 security: ClientSecurity | None = None) -> None:
         self.servers = parse_servers(servers)
+        # Credentials and the CA (DLEDGER_USER, DLEDGER_SECRET_FILE,
+        # DLEDGER_TLS_CA when not given).
+        self.security = ClientSecurity.from_env() if security is None else security
+        self._signer = self.security.signer()
         self.group = group
         # None: a fresh random id (idempotent); "": not idempotent.
         self.producer_id = uuid.uuid4().hex if producer_id is None else producer_id
@@ -206,6 +219,11 @@ class DLedgerClient:
         self._append_queue: deque[_QueuedAppend] = deque()
         self._appends_in_flight = 0
         self._append_tasks: set[asyncio.Task[None]] = set()
+        self.linger_s = linger_s
+        self._linger: asyncio.Handle | None = None
+        self._queued_bytes = 0
+        self._queued_entries = 0
+        self._append_streams: dict[Stub, RequestStream[pb.AppendStreamRequest, pb.AppendStreamResponse]] = {}
         self.deadline_s = deadline_s
         self.probe_timeout_s = probe_timeout_s
         # Longer than the server's max_wait_ack_s (2.5 s), so that a slow
@@ -224,6 +242,11 @@ class DLedgerClient:
         await self.close()
 
     async def close(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        for stream in list(self._append_streams.values()):
+            stream.close("the client was closed")
         for task in list(self._append_tasks):
             task.cancel()
         await asyncio.gather(*self._append_tasks, return_exceptions=True)
@@ -241,14 +264,31 @@ class DLedgerClient:
         if not bodies:
             raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "nothing to append")
         if not self.coalesce:
-            return await self._append_rpc(bodies)
+            response = await self._append_message([bodies])
+            return self._outcome_of(response, 0, 0)
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self._append_queue.append(_QueuedAppend(bodies, sum(len(b) for b in bodies), future))
-        self._send_queued_appends()
+        queued = _QueuedAppend(bodies, sum(len(b) for b in bodies), future)
+        self._append_queue.append(queued)
+        self._queued_bytes += queued.size
+        self._queued_entries += len(bodies)
+        if self._queued_bytes >= MAX_COALESCED_BYTES or self._queued_entries >= MAX_COALESCED_ENTRIES:
+            self._send_queued_appends()
+        elif self._linger is None:
+            # Linger (Kafka's linger.ms): calls made in the same event-loop
+            # turn (or within linger_s) leave together. With linger_s = 0 a
+            # lone call waits for no clock, only for the turn to end.
+            loop = asyncio.get_running_loop()
+            self._linger = (loop.call_later(self.linger_s, self._linger_over) if self.linger_s > 0
+                            else loop.call_soon(self._linger_over))
         return await future
 
+    def _linger_over(self) -> None:
+        self._linger = None
+        self._send_queued_appends()
+
     def _send_queued_appends(self) -> None:
-        """Start Append RPCs for the queued calls while fewer than the limit fly."""
+        """Send the queued calls, coalesced, while fewer than the limit fly;
+        what queues meanwhile leaves as soon as one comes back."""
         while self._append_queue and self._appends_in_flight < self.max_inflight_appends:
             batch = [self._append_queue.popleft()]
             entries, size = len(batch[0].bodies), batch[0].size
@@ -259,6 +299,8 @@ class DLedgerClient:
                     break
                 batch.append(self._append_queue.popleft())
                 entries, size = entries + len(following.bodies), size + following.size
+            self._queued_bytes -= size
+            self._queued_entries -= entries
             self._appends_in_flight += 1
             task = asyncio.get_running_loop().create_task(self._send_coalesced(batch))
             self._append_tasks.add(task)
@@ -266,45 +308,88 @@ class DLedgerClient:
 
     async def _send_coalesced(self, batch: list[_QueuedAppend]) -> None:
         try:
-            bodies = [body for queued in batch for body in queued.bodies] if len(batch) > 1 else batch[0].bodies
             try:
-                result = await self._append_rpc(bodies)
+                response = await self._append_message([queued.bodies for queued in batch])
             except DLedgerError as error:
                 for queued in batch:
                     if not queued.future.done():
                         queued.future.set_exception(error)
                 return
             offset = 0
-            for queued in batch:
-                count = len(queued.bodies)
-                first = result.first_index + offset
-                if not queued.future.done():
-                    queued.future.set_result(AppendResult(first, first + count - 1,
-                                                          result.positions[offset:offset + count]))
-                offset += count
+            for number, queued in enumerate(batch):
+                result: AppendResult | DLedgerError
+                try:
+                    result = self._outcome_of(response, number, offset)
+                except DLedgerError as error:   # this caller's bodies were refused
+                    result = error
+                else:
+                    offset += len(queued.bodies)
+                if queued.future.done():
+                    continue
+                if isinstance(result, DLedgerError):
+                    queued.future.set_exception(result)
+                else:
+                    queued.future.set_result(result)
         finally:
             self._appends_in_flight -= 1
             self._send_queued_appends()
 
-    async def _append_rpc(self, bodies: list[bytes]) -> AppendResult:
-        """One Append RPC (retried as one, with one sequence number)."""
+    @staticmethod
+    def _outcome_of(response: pb.AppendStreamResponse, number: int, offset: int) -> AppendResult:
+        """Caller `number`'s result (its bodies' positions start at `offset`
+        among the appended ones), or its refusal raised."""
+        outcome = response.outcomes[number]
+        if outcome.code != ResponseCode.SUCCESS:
+            raise DLedgerError(ResponseCode.of(outcome.code), outcome.message or ResponseCode.of(outcome.code).name)
+        count = outcome.last_index - outcome.first_index + 1
+        return AppendResult(outcome.first_index, outcome.last_index, list(response.positions[offset:offset + count]))
+
+    async def _append_message(self, callers: list[list[bytes]]) -> pb.AppendStreamResponse:
+        """One AppendStream message carrying these callers' bodies (retried as
+        one, with one sequence number); the answer has an outcome per caller
+        (checked here, so that every caller is answered)."""
         sequence = self._next_sequence
         self._next_sequence += 1
-        request = pb.AppendRequest(header=self._header(), bodies=bodies, producer_id=self.producer_id,
-                                   sequence=sequence if self.producer_id else -1)
+        bodies = callers[0] if len(callers) == 1 else [body for bodies in callers for body in bodies]
+        request = pb.AppendStreamRequest(counts=[len(bodies) for bodies in callers] if len(callers) > 1 else ())
+        append = request.append   # filled in place: a submessage given to a constructor is copied
+        append.header.group = self.group
+        append.bodies.extend(bodies)
+        append.producer_id = self.producer_id
+        append.sequence = sequence if self.producer_id else -1
         first_sent: list[float] = []
 
-        async def call(stub: Stub) -> pb.AppendResponse:
+        async def call(stub: Stub) -> pb.AppendStreamResponse:
             # Every attempt after the first is a retry: the leader recognises
             # it within its duplicate window, so it says how old it is.
             if first_sent:
-                request.retry_age_ms = max(1, int((time.monotonic() - first_sent[0]) * 1000))
+                append.retry_age_ms = max(1, int((time.monotonic() - first_sent[0]) * 1000))
             else:
                 first_sent.append(time.monotonic())
-            return await stub.Append(request, timeout=self.append_timeout_s)
+            try:
+                return await self._append_stream(stub).request(request, self.append_timeout_s)
+            except StreamFailure as failure:
+                code = ResponseCode.TIMEOUT if failure.timed_out else ResponseCode.NETWORK_ERROR
+                raise DLedgerError(code, f"append stream: {failure}") from None
 
         response = await self._on_leader(call, IDEMPOTENT_APPEND_RETRY if self.producer_id else APPEND_RETRY)
-        return AppendResult(response.first_index, response.last_index, list(response.positions))
+        if len(response.outcomes) != len(callers):
+            raise DLedgerError(ResponseCode.INTERNAL_ERROR, f"the leader answered {len(response.outcomes)} "
+                               f"outcomes for {len(callers)} callers")
+        return response
+
+    def _append_stream(self, stub: Stub) -> RequestStream[pb.AppendStreamRequest, pb.AppendStreamResponse]:
+        """The open AppendStream to the server behind `stub` (opened on first use
+        and again after a failure)."""
+        stream = self._append_streams.get(stub)
+        if stream is None:
+            def forget(broken: RequestStream) -> None:
+                if self._append_streams.get(stub) is broken:
+                    del self._append_streams[stub]
+            # Signed once, when the stream opens: the server checks a call's
+            # credentials at its start.
+            stream = self._append_streams[stub] = RequestStream(stub.AppendStream(metadata=self._signed()), forget)
+        return stream
 
     async def append_one(self, body: bytes) -> AppendResult:
         return await self.append([body])
@@ -313,7 +398,7 @@ class DLedgerClient:
         request = pb.GetRequest(header=self._header(), index=index)
 
         async def call(stub: Stub) -> pb.GetResponse:
-            return await stub.Get(request, timeout=self.call_timeout_s)
+            return await stub.Get(request, metadata=self._signed(), timeout=self.call_timeout_s)
 
         return (await self._on_leader(call, READ_RETRY)).entry
 
@@ -341,8 +426,11 @@ class DLedgerClient:
         """`server`'s own view, or None when it cannot be reached."""
         request = pb.MetadataRequest(header=self._header())
         try:
-            response = await self._stub(server).Metadata(request, timeout=self.probe_timeout_s)
+            response = await self._stub(server).Metadata(request, metadata=self._signed(),
+                                                         timeout=self.probe_timeout_s)
         except grpc.aio.AioRpcError as error:
+            if error.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                raise rpc_error(error, server) from None  # reachable, but refused: say why
             log.debug("metadata from %s failed: %s", server, rpc_error(error, server))
             return None
         failure = header_error(response.header, server)
@@ -387,7 +475,7 @@ class DLedgerClient:
         async def call(stub: Stub) -> pb.LeadershipTransferResponse | None:
             if self._leader_id == to_id:
                 return None  # done already (a retry after the hand-over)
-            return await stub.LeadershipTransfer(request, timeout=self.append_timeout_s)
+            return await stub.LeadershipTransfer(request, metadata=self._signed(), timeout=self.append_timeout_s)
 
         await self._on_leader(call, LEADER_MOVED | {ResponseCode.NETWORK_ERROR})
         return await self._retrying(READ_RETRY)(self._confirm_leader, to_id)
@@ -399,7 +487,7 @@ class DLedgerClient:
         request = pb.ListMembersRequest(header=self._header())
 
         async def call(stub: Stub) -> pb.ListMembersResponse:
-            return await stub.ListMembers(request, timeout=self.call_timeout_s)
+            return await stub.ListMembers(request, metadata=self._signed(), timeout=self.call_timeout_s)
 
         response = await self._on_leader(call, READ_RETRY)
         return [member_json(m) for m in response.members]
@@ -437,7 +525,7 @@ class DLedgerClient:
 
         async def call(stub: Stub) -> pb.ChangeMembershipResponse:
             attempts[0] += 1
-            return await stub.ChangeMembership(request, timeout=self.append_timeout_s)
+            return await stub.ChangeMembership(request, metadata=self._signed(), timeout=self.append_timeout_s)
 
         try:
             response = await self._on_leader(call, MEMBERSHIP_RETRY)
@@ -483,6 +571,10 @@ class DLedgerClient:
             if failure.code in (ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT):
                 self._forget_leader(address)
             raise failure from None
+        except DLedgerError as failure:   # a stream's call fails with these itself
+            if failure.code in (ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT):
+                self._forget_leader(address)
+            raise
         if response is not None:
             self._check(response.header, address)
         return response
@@ -494,6 +586,7 @@ class DLedgerClient:
         servers = list(self.servers)
         probes = {asyncio.ensure_future(self.metadata(a)): a for a in servers}
         answers: dict[str, pb.MetadataResponse | None] = {}
+        refusal: BaseException | None = None
         pending = set(probes)
         try:
             while pending:
@@ -503,7 +596,10 @@ class DLedgerClient:
                 if not done:
                     break
                 for probe in done:
-                    answers[probes[probe]] = probe.result()
+                    failure = probe.exception()
+                    if failure is not None:   # reachable, but refused (credentials)
+                        refusal = failure
+                    answers[probes[probe]] = None if failure is not None else probe.result()
         finally:
             for probe in pending:
                 probe.cancel()
@@ -521,6 +617,8 @@ class DLedgerClient:
             if best is None or candidate[:2] > best[:2]:
                 best = candidate
         if best is None:
+            if refusal is not None:
+                raise refusal
             if all(a is None for a in answers.values()):
                 raise DLedgerError(ResponseCode.NETWORK_ERROR,
                                    f"no server reachable among {','.join(self.servers)}")
@@ -593,7 +691,7 @@ class DLedgerClient:
             request = pb.ReadRequest(header=self._header(), start_index=cursor.next_index,
                                      end_index=cursor.end_index, include_system=cursor.include_system,
                                      require_leader=address is None)
-            cursor.call = (self._stub(target).Read(request), target)
+            cursor.call = (self._stub(target).Read(request, metadata=self._signed()), target)
         call, target = cursor.call
         try:
             response = await asyncio.wait_for(call.read(), self.call_timeout_s)
@@ -646,13 +744,19 @@ class DLedgerClient:
                              retry=retry_if_exception(retryable), reraise=True,
                              before_sleep=_log_retry)
 
+    def _signed(self) -> tuple[tuple[str, str], ...] | None:
+        """The request signature's headers when the client has credentials."""
+        return self._signer.headers() if self._signer is not None else None
+
     def _header(self) -> pb.Header:
         return pb.Header(group=self.group)
 
     def _stub(self, address: str) -> Stub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            # Each call passes _signed() itself: no signing interceptor (it
+            # would cost every call tens of microseconds).
+            channel = self.security.channel(address, CHANNEL_OPTIONS, sign=False)
             self._channels[address] = channel
             stub = self._stubs[address] = Stub(channel)
         return stub

@@ -163,6 +163,26 @@ class DLedgerConfig:
     # a leader sends it a log in which it is one.
     join: bool = False
 
+    # ---- transport security (dledger/rpc/tls.py). With a certificate, its
+    # key and the cluster CA (all three or none), peers talk mutual TLS on
+    # the peer address (`peers`), which then serves members only, and
+    # clients get their own TLS port: this node's advertised address, bound
+    # at `client_listen_address` when that is set.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    peer_tls_ca_file: str = ""
+    client_listen_address: str = ""
+    # ---- authentication and ACLs (cluster/security/), enforced on every
+    # client-facing call when on. The first super user is `auth_super_user`
+    # with the secret held in `auth_super_secret_file`; the rest are created
+    # through the log. A request's x-mq-date-time may differ from this
+    # node's clock by at most `auth_max_skew_s` (RocketMQ checks none; this
+    # bounds replay of a captured signature).
+    auth_enabled: bool = False
+    auth_super_user: str = "admin"
+    auth_super_secret_file: str = ""
+    auth_max_skew_s: float = 900.0
+
     @property
     def self_peer(self) -> PeerAddress:
         for p in self.peers:
@@ -192,6 +212,16 @@ class DLedgerConfig:
         return self.address_of(peer_id)
 
     @property
+    def mutual_tls(self) -> bool:
+        """Peers on their own mutual-TLS port, clients on another."""
+        return bool(self.tls_cert_file and self.peer_tls_ca_file)
+
+    @property
+    def client_bind_address(self) -> str:
+        """With mutual TLS, where the client port listens."""
+        return self.client_listen_address or self.client_address_of(self.self_id)
+
+    @property
     def bind_address(self) -> str:
         """The HOST:PORT the gRPC server listens on."""
         return self.listen_address or self.self_peer.address
@@ -210,6 +240,11 @@ class DLedgerConfig:
             raise ValueError("max_entry_size must fit in one data file")
         if self.index_file_size % 32:
             raise ValueError("index_file_size must be a multiple of 32")
+        if self.mutual_tls and self.client_bind_address == self.bind_address:
+            raise ValueError("mutual TLS between peers needs a separate client port: give advertised_addresses "
+                             "(where clients reach each node) and, if needed, client_listen_address")
+        if self.auth_enabled and not self.auth_super_secret_file:
+            raise ValueError("auth_enabled needs auth_super_secret_file (the first super user's secret)")
         unknown = {p.id for p in self.advertised_addresses} - set(self.peer_ids)
         if unknown:
             raise ValueError(f"advertised addresses for unknown nodes: {', '.join(sorted(unknown))}")

@@ -323,6 +323,16 @@ class DLedgerServer:
         is how long ago the client first sent this request (ProducerTable)."""
         _, pusher = self._require_started()
         check_producer_request(producer_id, sequence)
+        self.check_bodies(bodies)
+        if not self.member_state.is_leader:
+            raise self._not_leader()
+        started = self.clock.now()
+        result = await pusher.append(bodies, producer_id, sequence, prepare, channel, retry_age_ms)
+        self.observer.on_append(self.clock.now() - started, len(bodies))
+        return result
+
+    def check_bodies(self, bodies: Sequence[bytes]) -> None:
+        """Refuse an append with no body, too many, or one too large."""
         if not bodies:
             raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "an append needs at least one body")
         if len(bodies) > self.config.max_append_batch_entries:
@@ -333,12 +343,6 @@ class DLedgerServer:
             if len(body) > limit:
                 raise DLedgerError(ResponseCode.ENTRY_TOO_LARGE,
                                    f"body {i} has {len(body)} bytes; the maximum is {limit}")
-        if not self.member_state.is_leader:
-            raise self._not_leader()
-        started = self.clock.now()
-        result = await pusher.append(bodies, producer_id, sequence, prepare, channel, retry_age_ms)
-        self.observer.on_append(self.clock.now() - started, len(bodies))
-        return result
 
     async def handle_append(self, request: pb.AppendRequest) -> pb.AppendResponse:
         self.check_group(request.header)

@@ -184,6 +184,26 @@ class PushEntryResponse(_message.Message):
     repairing: bool
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., type: _Optional[_Union[PushType, str]] = ..., index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., flushed_index: _Optional[int] = ..., conflict_term: _Optional[int] = ..., conflict_index: _Optional[int] = ..., ledger_begin_index: _Optional[int] = ..., repairing: _Optional[bool] = ...) -> None: ...
 
+class PeerStreamRequest(_message.Message):
+    __slots__ = ("id", "push", "heartbeat")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    push: PushEntryRequest
+    heartbeat: HeartBeatRequest
+    def __init__(self, id: _Optional[int] = ..., push: _Optional[_Union[PushEntryRequest, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartBeatRequest, _Mapping]] = ...) -> None: ...
+
+class PeerStreamResponse(_message.Message):
+    __slots__ = ("id", "push", "heartbeat")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    push: PushEntryResponse
+    heartbeat: HeartBeatResponse
+    def __init__(self, id: _Optional[int] = ..., push: _Optional[_Union[PushEntryResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartBeatResponse, _Mapping]] = ...) -> None: ...
+
 class LeadershipTransferRequest(_message.Message):
     __slots__ = ("header", "transferee_id", "take_leadership_ledger_index", "from_leader")
     HEADER_FIELD_NUMBER: _ClassVar[int]
@@ -227,6 +247,44 @@ class AppendResponse(_message.Message):
     last_index: int
     positions: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AppendStreamRequest(_message.Message):
+    __slots__ = ("id", "append", "counts")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    APPEND_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    append: AppendRequest
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, id: _Optional[int] = ..., append: _Optional[_Union[AppendRequest, _Mapping]] = ..., counts: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CallerOutcome(_message.Message):
+    __slots__ = ("code", "message", "first_index", "last_index")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    first_index: int
+    last_index: int
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ...) -> None: ...
+
+class AppendStreamResponse(_message.Message):
+    __slots__ = ("id", "header", "first_index", "last_index", "positions", "outcomes")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    header: Header
+    first_index: int
+    last_index: int
+    positions: _containers.RepeatedScalarFieldContainer[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[CallerOutcome]
+    def __init__(self, id: _Optional[int] = ..., header: _Optional[_Union[Header, _Mapping]] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ..., outcomes: _Optional[_Iterable[_Union[CallerOutcome, _Mapping]]] = ...) -> None: ...
 
 class Entry(_message.Message):
     __slots__ = ("index", "term", "pos", "magic", "body", "body_crc", "chain_crc", "channel")

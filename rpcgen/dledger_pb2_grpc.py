@@ -49,6 +49,11 @@ class DLedgerServiceStub:
                 request_serializer=rpcgen_dot_dledger__pb2.PushEntryRequest.SerializeToString,
                 response_deserializer=rpcgen_dot_dledger__pb2.PushEntryResponse.FromString,
                 _registered_method=True)
+        self.PeerStream = channel.stream_stream(
+                '/dledger.v1.DLedgerService/PeerStream',
+                request_serializer=rpcgen_dot_dledger__pb2.PeerStreamRequest.SerializeToString,
+                response_deserializer=rpcgen_dot_dledger__pb2.PeerStreamResponse.FromString,
+                _registered_method=True)
         self.LeadershipTransfer = channel.unary_unary(
                 '/dledger.v1.DLedgerService/LeadershipTransfer',
                 request_serializer=rpcgen_dot_dledger__pb2.LeadershipTransferRequest.SerializeToString,
@@ -58,6 +63,11 @@ class DLedgerServiceStub:
                 '/dledger.v1.DLedgerService/Append',
                 request_serializer=rpcgen_dot_dledger__pb2.AppendRequest.SerializeToString,
                 response_deserializer=rpcgen_dot_dledger__pb2.AppendResponse.FromString,
+                _registered_method=True)
+        self.AppendStream = channel.stream_stream(
+                '/dledger.v1.DLedgerService/AppendStream',
+                request_serializer=rpcgen_dot_dledger__pb2.AppendStreamRequest.SerializeToString,
+                response_deserializer=rpcgen_dot_dledger__pb2.AppendStreamResponse.FromString,
                 _registered_method=True)
         self.Get = channel.unary_unary(
                 '/dledger.v1.DLedgerService/Get',
@@ -108,6 +118,12 @@ class DLedgerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PeerStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def LeadershipTransfer(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -117,6 +133,12 @@ class DLedgerServiceServicer:
     def Append(self, request, context):
         """client RPCs
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -170,6 +192,11 @@ def add_DLedgerServiceServicer_to_server(servicer, server):
                     request_deserializer=rpcgen_dot_dledger__pb2.PushEntryRequest.FromString,
                     response_serializer=rpcgen_dot_dledger__pb2.PushEntryResponse.SerializeToString,
             ),
+            'PeerStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PeerStream,
+                    request_deserializer=rpcgen_dot_dledger__pb2.PeerStreamRequest.FromString,
+                    response_serializer=rpcgen_dot_dledger__pb2.PeerStreamResponse.SerializeToString,
+            ),
             'LeadershipTransfer': grpc.unary_unary_rpc_method_handler(
                     servicer.LeadershipTransfer,
                     request_deserializer=rpcgen_dot_dledger__pb2.LeadershipTransferRequest.FromString,
@@ -179,6 +206,11 @@ def add_DLedgerServiceServicer_to_server(servicer, server):
                     servicer.Append,
                     request_deserializer=rpcgen_dot_dledger__pb2.AppendRequest.FromString,
                     response_serializer=rpcgen_dot_dledger__pb2.AppendResponse.SerializeToString,
+            ),
+            'AppendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendStream,
+                    request_deserializer=rpcgen_dot_dledger__pb2.AppendStreamRequest.FromString,
+                    response_serializer=rpcgen_dot_dledger__pb2.AppendStreamResponse.SerializeToString,
             ),
             'Get': grpc.unary_unary_rpc_method_handler(
                     servicer.Get,
@@ -298,6 +330,33 @@ class DLedgerService:
             _registered_method=True)
 
     @staticmethod
+    def PeerStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/dledger.v1.DLedgerService/PeerStream',
+            rpcgen_dot_dledger__pb2.PeerStreamRequest.SerializeToString,
+            rpcgen_dot_dledger__pb2.PeerStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def LeadershipTransfer(request,
             target,
             options=(),
@@ -341,6 +400,33 @@ class DLedgerService:
             '/dledger.v1.DLedgerService/Append',
             rpcgen_dot_dledger__pb2.AppendRequest.SerializeToString,
             rpcgen_dot_dledger__pb2.AppendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/dledger.v1.DLedgerService/AppendStream',
+            rpcgen_dot_dledger__pb2.AppendStreamRequest.SerializeToString,
+            rpcgen_dot_dledger__pb2.AppendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

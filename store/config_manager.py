@@ -55,6 +55,8 @@ class ConfigManager(ABC):
     # may hold a million items, which is written compact (json encodes an
     # indented file in Python, a compact one in C).
     indent: int | None = 2
+    # 0o600 for state that holds secrets (users of the ACLs).
+    file_mode = 0o644
 
     def __init__(self, config_dir: str) -> None:
         self.path = os.path.join(config_dir, self.file_name)
@@ -145,7 +147,7 @@ class ConfigManager(ABC):
         """Temp file, fsync, the old file becomes .bak, rename, fsync the directory."""
         text = snapshot.render()
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = write_temp(self.path, text)
+        tmp = write_temp(self.path, text, self.file_mode)
         if os.path.exists(self.path):
             os.replace(self.path, self.path + ".bak")
         os.replace(tmp, self.path)

@@ -226,7 +226,13 @@ class MessageStore:
         # resume from their files: the checkpoint must not pass what the
         # files hold, or entries between the two would never reach them.
         applied, timestamp = min(progress.applied_index, self._configs_cover), progress.last_store_timestamp
-        confirm = self.commit_log.committed_end()
+        # How far the ConsumeQueues may hold units at a restart. A log cut for
+        # repair ends below entries this store has applied; they come back
+        # as they were, at the same positions, so the bound stays where the
+        # applied entries reach (else a restart would drop their units while
+        # resuming after them, and the next message would leave a gap).
+        confirm = max(self.commit_log.committed_end(), progress.applied_end, self.checkpoint.confirm_phy_offset) \
+            if self.server.member_state.repairing else self.commit_log.committed_end()
         await _in_thread(self._flush_files)
         entry_format = ENTRY_FORMAT_UNTAGGED if self.config.legacy_untagged_entries else ENTRY_FORMAT_CHANNEL
         checkpoint = StoreCheckpoint(timestamp, timestamp, timestamp, confirm, confirm, applied, entry_format)

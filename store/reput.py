@@ -78,6 +78,9 @@ class Progress:
     last applied message (the checkpoint records both)."""
     applied_index: int
     last_store_timestamp: int = 0
+    # Where the last applied entry ends in the log: the ConsumeQueues hold
+    # units up to here, even while a log cut for repair ends before it.
+    applied_end: int = 0
 
 
 class ReputMessageService:
@@ -179,6 +182,7 @@ class ReputMessageService:
             start += count
             applied += count
             self.progress.applied_index = start - 1
+            self.progress.applied_end = log_store.end_position_of(start - 1)
         if start > self.applied_index + 1:
             self.progress.applied_index = start - 1
         self._applied_event.set()

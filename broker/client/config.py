@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from dledger.client import parse_servers
+from dledger.rpc.credentials import ClientSecurity
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class ClientConfig:
     retry_max_s: float = 0.5
     # Extra gRPC channel options (name, value).
     channel_options: tuple[tuple[str, object], ...] = field(default_factory=tuple)
+    # Credentials (RocketMQ 5's request signature) and the CA to trust (TLS).
+    # None: from DLEDGER_USER, DLEDGER_SECRET_FILE and DLEDGER_TLS_CA.
+    security: ClientSecurity | None = None
 
     @classmethod
     def of(cls, servers: "str | Iterable[str] | ClientConfig", **overrides: object) -> "ClientConfig":

@@ -35,6 +35,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from broker.client.config import ClientConfig
 from broker.client.errors import ClientError, UnavailableError, transport_error
 from dledger.rpc.channel import channel_options
+from dledger.rpc.credentials import ClientSecurity
 from rpcgen import dledger_pb2, dledger_pb2_grpc
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
@@ -77,6 +78,8 @@ def make_client_id() -> str:
 class Connection:
     def __init__(self, config: ClientConfig, client_id: str | None = None, broker_name: str = "") -> None:
         self.config = config
+        self.security = config.security if config.security is not None else ClientSecurity.from_env()
+        self._signer = self.security.signer()
         self.client_id = client_id or make_client_id()
         # The broker group this connection serves, when the client talks to
         # several (broker/client/groups.py); "" for the configured servers.
@@ -98,6 +101,9 @@ class Connection:
 
     # ------------------------------------------------------------- channels
     def headers(self) -> tuple[tuple[str, str], ...]:
+        if self._signer is not None:
+            # x-mq-date-time and its signature (authorization), once a second.
+            return self._headers + (("x-mq-request-id", uuid.uuid4().hex),) + self._signer.headers()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         return self._headers + (("x-mq-request-id", uuid.uuid4().hex), ("x-mq-date-time", stamp))
 
@@ -105,7 +111,9 @@ class Connection:
         channel = self._channels.get(address)
         if channel is None:
             options = CHANNEL_OPTIONS + list(self.config.channel_options)
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=options)
+            # Every call passes headers(), which carry the signature: no
+            # signing interceptor (it would cost each call tens of microseconds).
+            channel = self._channels[address] = self.security.channel(address, options, sign=False)
         return channel
 
     def messaging(self, address: str) -> service_pb2_grpc.MessagingServiceStub:
@@ -175,8 +183,11 @@ class Connection:
         stub = dledger_pb2_grpc.DLedgerServiceStub(self.channel(address))
         try:
             answer = await stub.Metadata(dledger_pb2.MetadataRequest(header=dledger_pb2.Header()),
-                                         timeout=self.config.probe_timeout_s)
-        except grpc.aio.AioRpcError:
+                                         metadata=self.headers(), timeout=self.config.probe_timeout_s)
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.UNAUTHENTICATED:
+                # Reachable but refused: retrying will not help; say why.
+                raise ClientError(pb.UNAUTHORIZED, f"{address}: {error.details()}") from None
             return None
         return answer if answer.header.code == 200 else None
 

@@ -44,6 +44,8 @@ class TelemetrySession:
         self._task: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._closed = False
+        # An UNAUTHORIZED or FORBIDDEN answer: retrying cannot help.
+        self._refusal: Exception | None = None
 
     async def start(self, timeout: float) -> pb.Settings:
         """Open the stream; returns the broker's settings once it answered."""
@@ -54,6 +56,9 @@ class TelemetrySession:
             await self.close()
             raise UnavailableError(pb.HA_NOT_AVAILABLE,
                                    f"the broker did not answer the client's settings within {timeout:.0f} s") from None
+        if self._refusal is not None:
+            await self.close()
+            raise self._refusal
         assert self.server_settings is not None
         return self.server_settings
 
@@ -92,6 +97,10 @@ class TelemetrySession:
                 if self._closed:
                     raise
             except Exception as error:  # noqa: BLE001 - any break of the stream: reconnect
+                if getattr(error, "code", None) in (pb.UNAUTHORIZED, pb.FORBIDDEN):
+                    self._refusal = error
+                    self._synced.set()
+                    return
                 log.debug("telemetry stream to %s ended: %s", self.address, error)
                 if self.address is not None:
                     self.connection.forget(self.address)

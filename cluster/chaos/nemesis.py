@@ -335,7 +335,8 @@ class Nemesis:
 
     async def _probe(self, node: str, stop: asyncio.Event) -> None:
         """Append straight to `node` until `stop`; record every attempt."""
-        async with grpc.aio.insecure_channel(self.cluster.addresses[node]) as channel:
+        # The harness's own credentials and CA, when it has any (DLEDGER_USER, ...).
+        async with self.admin.security.channel(self.cluster.addresses[node]) as channel:
             stub = dledger_pb2_grpc.DLedgerServiceStub(channel)
             while not stop.is_set():
                 await self._probe_once(node, stub)

@@ -20,6 +20,8 @@ from broker.client.admin import _group as group_info
 from broker.client.admin import _topic as topic_info
 from broker.client.operations import view_of as message_view
 from dledger.client import node_status_row
+from dledger.rpc import tls
+from dledger.rpc.credentials import ClientSecurity
 from rpcgen import dledger_pb2 as dpb
 from rpcgen import dledger_pb2_grpc
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -68,6 +70,8 @@ class ConsoleBackend:
         self.target = target
         self._channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
+        self._security = ClientSecurity.from_env()
+        self._signer = self._security.signer()
 
     def close(self) -> None:
         with self._lock:
@@ -75,11 +79,18 @@ class ConsoleBackend:
         for channel in channels:
             channel.close()
 
+    def _signed(self) -> tuple[tuple[str, str], ...] | None:
+        """The request signature, once a second (the signer is shared by the
+        HTTP server's threads: a race only recomputes the same headers)."""
+        return self._signer.headers() if self._signer is not None else None
+
     def _channel(self, address: str) -> grpc.Channel:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = grpc.insecure_channel(address)
+                # TLS and credentials from DLEDGER_TLS_CA, DLEDGER_USER and
+                # DLEDGER_SECRET_FILE (`dledger console --user ... --tls-ca ...`).
+                channel = self._channels[address] = tls.sync_channel(address, self._security.ca)
             return channel
 
     # ---------------------------------------------------------------- cluster
@@ -121,7 +132,7 @@ class ConsoleBackend:
         stub = dledger_pb2_grpc.DLedgerServiceStub(self._channel(address))
         try:
             answer = stub.Metadata(dpb.MetadataRequest(header=dpb.Header(group=self.target.group)),
-                                   timeout=PROBE_TIMEOUT_S)
+                                   metadata=self._signed(), timeout=PROBE_TIMEOUT_S)
         except grpc.RpcError:
             return None
         return answer if answer.header.code in (0, 200) else None
@@ -129,7 +140,7 @@ class ConsoleBackend:
     def _applied_index(self, address: str) -> int | None:
         stub = operations_pb2_grpc.OperationsServiceStub(self._channel(address))
         try:
-            answer = stub.DescribeStore(opb.DescribeStoreRequest(), timeout=PROBE_TIMEOUT_S)
+            answer = stub.DescribeStore(opb.DescribeStoreRequest(), metadata=self._signed(), timeout=PROBE_TIMEOUT_S)
         except grpc.RpcError:
             return None
         return answer.applied_index if answer.status.code == pb.OK else None
@@ -225,7 +236,8 @@ class ConsoleBackend:
         failure = ""
         for address in self.target.servers:
             try:
-                answer = getattr(stub_type(self._channel(address)), method)(request, timeout=CALL_TIMEOUT_S)
+                answer = getattr(stub_type(self._channel(address)), method)(request, metadata=self._signed(),
+                                                                            timeout=CALL_TIMEOUT_S)
             except grpc.RpcError as error:
                 failure = f"{address}: {error.code().name} {error.details() or ''}".strip()  # type: ignore[attr-defined]
                 continue

@@ -1,5 +1,7 @@
 """GrpcTransport: the Transport the election and the pusher use to reach peers
-over gRPC, one long-lived channel per peer."""
+over gRPC, one long-lived channel per peer. Pushes and heartbeats travel as
+messages on one long-lived PeerStream per peer (dledger/rpc/peer_stream.py);
+votes and leadership transfers, rare, stay unary calls."""
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +10,10 @@ import time
 import grpc
 
 from dledger.config import DLedgerConfig
+from dledger.rpc import tls
 from dledger.rpc.channel import channel_options
+from dledger.rpc.credentials import signing_interceptors
+from dledger.rpc.request_stream import RequestStream, StreamFailure
 from dledger.transport import TransportError
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
@@ -27,17 +32,27 @@ RETIRED_CHANNEL_GRACE_S = 2.0
 
 
 class GrpcTransport:
-    def __init__(self, config: DLedgerConfig) -> None:
+    def __init__(self, config: DLedgerConfig, material: tls.TlsMaterial = tls.PLAINTEXT,
+                 signing: tuple[str, str] | None = None) -> None:
+        # With the cluster CA: mutual TLS, this node's certificate presented.
+        self._tls = material
+        # With auth on: (user, secret) of the bootstrap super user, which
+        # every member holds, so that peer calls pass a port that checks
+        # signatures (one shared port, without mutual TLS).
+        self._signing = signing
         self._addresses = {p.id: p.address for p in config.peers if p.id != config.self_id}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, dledger_pb2_grpc.DLedgerServiceStub] = {}
         self._failing_since: dict[str, float] = {}
+        self._streams: dict[str, RequestStream[pb.PeerStreamRequest, pb.PeerStreamResponse]] = {}
         self._closing: set[asyncio.Task[None]] = set()
         for peer_id in self._addresses:
             self._open(peer_id)
 
     def _open(self, peer_id: str) -> None:
-        channel = grpc.aio.insecure_channel(self._addresses[peer_id], options=CHANNEL_OPTIONS)
+        self._drop_stream(peer_id, "the channel was replaced")
+        interceptors = signing_interceptors(*self._signing) if self._signing else None
+        channel = tls.channel(self._addresses[peer_id], CHANNEL_OPTIONS, material=self._tls, interceptors=interceptors)
         self._channels[peer_id] = channel
         self._stubs[peer_id] = dledger_pb2_grpc.DLedgerServiceStub(channel)
 
@@ -56,6 +71,31 @@ class GrpcTransport:
         self._failing_since.pop(peer_id, None)
         return response
 
+    async def _stream_request(self, peer_id: str, request: pb.PeerStreamRequest,
+                              timeout: float) -> pb.PeerStreamResponse:
+        stream = self._streams.get(peer_id)
+        if stream is None:
+            stream = self._streams[peer_id] = RequestStream(self._stub(peer_id).PeerStream(),
+                                                            self._forget_stream(peer_id))
+        try:
+            response = await stream.request(request, timeout)
+        except StreamFailure as failure:
+            self._note_failure(peer_id)
+            raise TransportError(str(failure)) from None
+        self._failing_since.pop(peer_id, None)
+        return response
+
+    def _forget_stream(self, peer_id: str):  # noqa: ANN202 - the stream's on_broken callback
+        def forget(stream: RequestStream) -> None:
+            if self._streams.get(peer_id) is stream:
+                del self._streams[peer_id]
+        return forget
+
+    def _drop_stream(self, peer_id: str, why: str) -> None:
+        stream = self._streams.pop(peer_id, None)
+        if stream is not None:
+            stream.close(why)
+
     def _note_failure(self, peer_id: str) -> None:
         now = time.monotonic()
         since = self._failing_since.setdefault(peer_id, now)
@@ -71,10 +111,18 @@ class GrpcTransport:
         return await self._call(peer_id, "Vote", request, timeout)
 
     async def heartbeat(self, peer_id: str, request: pb.HeartBeatRequest, timeout: float) -> pb.HeartBeatResponse:
-        return await self._call(peer_id, "HeartBeat", request, timeout)
+        response = await self._stream_request(peer_id, pb.PeerStreamRequest(heartbeat=request), timeout)
+        return self._body(response, "heartbeat")
 
     async def push(self, peer_id: str, request: pb.PushEntryRequest, timeout: float) -> pb.PushEntryResponse:
-        return await self._call(peer_id, "Push", request, timeout)
+        response = await self._stream_request(peer_id, pb.PeerStreamRequest(push=request), timeout)
+        return self._body(response, "push")
+
+    @staticmethod
+    def _body(response: pb.PeerStreamResponse, kind: str):  # noqa: ANN205 - the answer of that kind
+        if response.WhichOneof("body") != kind:
+            raise TransportError(f"answer {response.id} to a {kind} carries {response.WhichOneof('body')}")
+        return getattr(response, kind)
 
     async def leadership_transfer(self, peer_id: str, request: pb.LeadershipTransferRequest,
                                   timeout: float) -> pb.LeadershipTransferResponse:
@@ -92,6 +140,7 @@ class GrpcTransport:
             self._addresses[peer_id] = address
             self._open(peer_id)
         for peer_id in [p for p in self._channels if p not in addresses]:
+            self._drop_stream(peer_id, "the peer left the group")
             self._retire(self._channels.pop(peer_id))
             self._stubs.pop(peer_id, None)
             self._addresses.pop(peer_id, None)
@@ -108,6 +157,8 @@ class GrpcTransport:
         return len(self._channels) + len(self._closing)
 
     async def close(self) -> None:
+        for peer_id in list(self._streams):
+            self._drop_stream(peer_id, "the transport was closed")
         for channel in self._channels.values():
             await channel.close()
         if self._closing:

@@ -8,6 +8,8 @@ import grpc
 
 from dledger.errors import DLedgerError
 from dledger.rpc.edge import REJECTS, answer, fill_header
+from dledger.rpc.append_stream import serve_append_stream
+from dledger.rpc.peer_stream import serve_peer_stream
 from dledger.server import DLedgerServer
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
@@ -35,6 +37,11 @@ class DLedgerServicer(dledger_pb2_grpc.DLedgerServiceServicer):
         return await answer("Push", self._ms, request, pb.PushEntryResponse,
                             lambda: self.server.handle_push(request))
 
+    async def PeerStream(self, request_iterator: AsyncIterator[pb.PeerStreamRequest],
+                         context: grpc.aio.ServicerContext) -> None:
+        # Requests are read with context.read(), so the iterator stays unused.
+        await serve_peer_stream(self.server, context)
+
     async def LeadershipTransfer(self, request: pb.LeadershipTransferRequest,
                                  context: grpc.aio.ServicerContext) -> pb.LeadershipTransferResponse:
         return await answer("LeadershipTransfer", self._ms, request, pb.LeadershipTransferResponse,
@@ -43,6 +50,10 @@ class DLedgerServicer(dledger_pb2_grpc.DLedgerServiceServicer):
     async def Append(self, request: pb.AppendRequest, context: grpc.aio.ServicerContext) -> pb.AppendResponse:
         return await answer("Append", self._ms, request, pb.AppendResponse,
                             lambda: self.server.handle_append(request))
+
+    async def AppendStream(self, request_iterator: AsyncIterator[pb.AppendStreamRequest],
+                           context: grpc.aio.ServicerContext) -> None:
+        await serve_append_stream(self.server, context)
 
     async def Get(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.GetResponse:
         return await answer("Get", self._ms, request, pb.GetResponse, lambda: self.server.handle_get(request))

@@ -25,7 +25,7 @@ def write_atomic(path: str, data: bytes | Iterable[bytes]) -> None:
     fsync_dir(os.path.dirname(path) or ".")
 
 
-def write_temp(path: str, data: bytes | Iterable[bytes]) -> str:
+def write_temp(path: str, data: bytes | Iterable[bytes], mode: int = 0o644) -> str:
     """Write `data` (bytes, or chunks of it) to a new temp file beside `path`,
     fsync it, return its name. Each call gets its own file: a writer in a
     thread that outlived its cancelled task must not rename another writer's
@@ -37,7 +37,7 @@ def write_temp(path: str, data: bytes | Iterable[bytes]) -> str:
             view = memoryview(chunk)
             while view:
                 view = view[os.write(fd, view):]
-        os.fchmod(fd, 0o644)
+        os.fchmod(fd, mode)
         os.fsync(fd)
     except BaseException:
         os.close(fd)

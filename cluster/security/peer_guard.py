@@ -1,0 +1,28 @@
+"""PeerOnlyGuard: with mutual TLS, the peer protocol lives on the members-only
+port; on the client port a Vote, HeartBeat or Push is refused before it
+reaches the servicer, so a client (which presents no certificate) cannot
+disturb an election or a follower's log."""
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+import grpc
+
+from rpcgen import dledger_pb2 as pb
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["DLedgerService"].full_name
+# LeadershipTransfer stays: operators ask for it on the client port.
+PEER_ONLY_METHODS = frozenset(f"/{_SERVICE}/{m}" for m in ("Vote", "HeartBeat", "Push"))
+
+
+def _refuse(request: Any, context: grpc.aio.ServicerContext) -> Awaitable[Any]:
+    return context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                         "the peer protocol is served on the members' mutual-TLS port only")
+
+
+class PeerOnlyGuard(grpc.aio.ServerInterceptor):
+    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+                                handler_call_details: grpc.HandlerCallDetails) -> Any:
+        if handler_call_details.method in PEER_ONLY_METHODS:
+            return grpc.unary_unary_rpc_method_handler(_refuse)
+        return await continuation(handler_call_details)

@@ -1,0 +1,123 @@
+"""Users and ACLs are replicated through the log: they survive a leader's
+death and a restart of every node, and a removed user is refused by every
+node within a second."""
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from broker.client.admin import AdminClient
+from cluster.process_cluster import ProcessCluster, find_leader
+from dledger.client import DLedgerClient
+from dledger.rpc.credentials import ClientSecurity
+from rpcgen import dledger_pb2, dledger_pb2_grpc
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
+from rpcgen.pydledger.auth.v1 import auth_pb2 as apb
+from rpcgen.pydledger.auth.v1 import auth_pb2_grpc
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+ADMIN = ClientSecurity(user="admin", secret="admin-secret-0123")
+CAROL = ClientSecurity(user="carol", secret="carol-secret-1")
+DAVE = ClientSecurity(user="dave", secret="dave-secret-22")
+ROUTE = spb.QueryRouteRequest(topic=pb.Resource(name="Ledger"), endpoints=pb.Endpoints(
+    scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)]))
+
+
+async def route_code(address: str, security: ClientSecurity) -> int:
+    async with security.channel(address) as channel:
+        response = await service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
+            ROUTE, metadata=[("x-mq-client-id", "replication-test")], timeout=5)
+    return response.status.code
+
+
+async def auth_call(address: str, method: str, request: object) -> object:
+    async with ADMIN.channel(address) as channel:
+        return await getattr(auth_pb2_grpc.AuthServiceStub(channel), method)(request, timeout=10)
+
+
+async def wait_all(cluster: ProcessCluster, security: ClientSecurity, code: int, within: float) -> float:
+    """Seconds until every node answers QueryRoute with `code`."""
+    start = time.monotonic()
+    pending = set(cluster.addresses)
+    while pending:
+        for node in list(pending):
+            if await route_code(cluster.addresses[node], security) == code:
+                pending.discard(node)
+        if time.monotonic() - start > within:
+            raise AssertionError(f"{sorted(pending)} still do not answer {pb.Code.Name(code)} after {within} s")
+        await asyncio.sleep(0.02)
+    return time.monotonic() - start
+
+
+async def test_users_and_acls_survive_failover_and_restart_and_removal_is_quick(tmp_path: Path) -> None:
+    (tmp_path / "admin.secret").write_text(ADMIN.secret)
+    cluster = ProcessCluster(tmp_path / "nodes", extra_args=[
+        "--auth-enabled", "true", "--auth-super-secret-file", str(tmp_path / "admin.secret")])
+    cluster.start()
+    try:
+        addresses = list(cluster.addresses.values())
+        async with DLedgerClient(addresses, security=ADMIN) as client:
+            leader = await find_leader(client, addresses, timeout=30)
+        async with AdminClient(addresses, security=ADMIN) as admin:
+            await admin.create_topic("Ledger")
+        follower = next(a for n, a in cluster.addresses.items() if n != leader)
+        for user in (CAROL, DAVE):
+            await auth_call(follower, "CreateUser", apb.UserRequest(name=user.user, secret=user.secret))
+            await auth_call(follower, "CreateAcl", apb.CreateAclRequest(
+                subject=f"User:{user.user}", entries=[apb.AclEntry(resource="Topic:Ledger", actions=["Pub"])]))
+        await wait_all(cluster, CAROL, pb.OK, within=5)
+
+        # One shared port: peers sign as the bootstrap super user, so a
+        # leadership transfer (leader -> transferee) passes and an unsigned
+        # vote does not.
+        target = next(n for n in cluster.ids if n != leader)
+        async with DLedgerClient(addresses, security=ADMIN) as client:
+            assert (await client.leadership_transfer(target))[0] == target
+            leader = await find_leader(client, addresses, timeout=30)
+        assert leader == target
+        async with ClientSecurity().channel(cluster.addresses[leader]) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await dledger_pb2_grpc.DLedgerServiceStub(channel).Vote(dledger_pb2.VoteRequest(
+                    header=dledger_pb2.Header(group="default", local_id="intruder", term=10**6),
+                    ledger_end_index=10**9), timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+        # The leader dies: the new one (and the others) still know them.
+        cluster.kill(leader)
+        survivors = [a for n, a in cluster.addresses.items() if n != leader]
+        async with DLedgerClient(survivors, security=ADMIN) as client:
+            await find_leader(client, survivors, timeout=30)
+        for address in survivors:
+            assert await route_code(address, CAROL) == pb.OK
+        cluster.start(leader)
+
+        # Every node restarted: from their files and logs, the same.
+        cluster.stop_all()
+        cluster.start()
+        async with DLedgerClient(addresses, security=ADMIN) as client:
+            await find_leader(client, addresses, timeout=30)
+        await wait_all(cluster, DAVE, pb.OK, within=10)
+        listed = await auth_call(addresses[0], "ListUsers", apb.ListUsersRequest())
+        assert {u.name for u in listed.users} == {"admin", "carol", "dave"}
+
+        # Removed: refused by every node within a second.
+        await auth_call(addresses[0], "DeleteUser", apb.DeleteUserRequest(name="carol"))
+        took = await wait_all(cluster, CAROL, pb.UNAUTHORIZED, within=1.0)
+        assert took <= 1.0
+        assert await route_code(addresses[1], DAVE) == pb.OK
+        # Secrets never leave the node.
+        assert CAROL.secret not in str(listed) and DAVE.secret not in str(listed)
+        cluster.stop_all()  # a clean stop writes every file
+        for node in cluster.ids:
+            acl_file = tmp_path / "nodes" / node / "store" / "config" / "acl.json"
+            assert acl_file.stat().st_mode & 0o777 == 0o600
+            assert DAVE.secret not in (tmp_path / "nodes" / f"{node}.log").read_text()
+    finally:
+        cluster.stop_all()

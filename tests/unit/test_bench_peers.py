@@ -1,0 +1,18 @@
+"""bench.peers' verdicts: each goal is a ratio of ours to NATS's figure, an
+upper bound for latencies and a lower bound for rates (NATS itself is an
+optional benchmark dependency, not needed here)."""
+from __future__ import annotations
+
+from bench.peers import goals
+
+
+def test_latency_goals_are_upper_bounds_and_rate_goals_lower_bounds():
+    ours = {"log_1": {"p50_ms": 2.0, "p99_ms": 3.0}, "log_128": {"messages_per_s": 900.0},
+            "log_128x64": {"messages_per_s": 2500.0}}
+    nats = {"log_1": {"p50_ms": 1.0, "p99_ms": 2.0}, "publish_128": {"messages_per_s": 1000.0}}
+    verdicts = goals(ours, nats)
+    assert verdicts["log_1_p50"] == {"ours_over_nats": 2.0, "goal": "at most 1.4", "met": False}
+    assert verdicts["log_1_p99"]["met"] is True                  # 1.5 <= 2
+    assert verdicts["log_128"] == {"ours_over_nats": 0.9, "goal": "at least 1.0", "met": False}
+    assert verdicts["log_128x64"]["met"] is True                 # 2.5 >= 2
+    assert "receive_ack" not in verdicts                         # a workload not run has no verdict
