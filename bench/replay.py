@@ -1,18 +1,26 @@
 """Spark replay benchmark (issue 6). Prints one JSON line per result.
 
-    python -m bench.replay [--corpus DIR] [--mib 1024] [--skip-tuples] [--skip-streaming]
+    python -m bench.replay [--corpus DIR] [--mib 256] [--runs 3] [--skip-tuples] [--skip-streaming]
 
-1. The corpus, made once and reused (kept in --corpus): 1 GiB of committed
+1. The corpus, made once and reused (kept in --corpus): --mib MiB of committed
    1 KiB RocketMQ messages in a node's files, written by DLedger's own file
    store with the bodies the commit log writes (codec layout, queue offsets,
    physical offsets patched in the append hook), committed and checkpointed.
 2. raw_read: the data segments read with the scan's preads, nothing decoded:
-   the limit. python_scan / python_decode: one core, no Spark: entry walk with
-   CRCs, then decoding into Arrow batches.
-3. spark_arrow / spark_tuples: `spark.read.format("dledger")` into an
-   aggregate over every column, local[2], warm session (the best of two
-   runs), with RecordBatches (the default) and with row-by-row tuples.
-4. stream_latency: three node processes; a streaming query in live mode with
+   the limit. python_scan / python_decode / python_vector: one core, no
+   Spark: entry walk with CRCs, decoding into Arrow batches row by row (the
+   reference), and the vectorised decoder (CRCs included).
+3. spark_arrow / spark_tuples / spark_parquet: `spark.read.format("dledger")`
+   into an aggregate over every column, local[2], warm session, with the
+   vectorised decoder (the default) and row-by-row tuples, against Spark's
+   own Parquet reader over the same rows (written once from the source,
+   untimed, into CORPUS/parquet): interleaved runs, best of --runs, and the
+   ratio to Parquet (vs_parquet; above 1 is faster than Parquet).
+4. with --live N: spark_live_replicas / spark_live_leader / spark_file: a
+   three-node group holding N raw 1 KiB entries read live (from followers,
+   the default, and from the leader) and from a follower's files, with each
+   node's CPU per row read.
+5. stream_latency: three node processes; a streaming query in live mode with
    a 0.2 s trigger; time from an append's commit acknowledgement to the row
    appearing in a micro-batch, p50 and max over 10 appends.
 """
@@ -32,6 +40,7 @@ from typing import Any
 
 from bench.proc_cpu import stat_fields
 from dledger.config import DLedgerConfig, PeerAddress
+from dledger.entry import CHANNEL_STATE_MACHINE
 from dledger.store.file_store import DLedgerFileStore
 from store.codec import MessageExt, encode, patch_offsets
 from store.socket_address import SocketAddress
@@ -40,13 +49,25 @@ BODY_BYTES = 1024
 TOPICS = ("BenchOrders", "BenchPayments")
 QUEUES = 4
 APPEND_BATCH = 2000
+# 2: entries on the state machine's channel (what a broker writes), so rows are messages.
+CORPUS_VERSION = 2
+DEFAULT_MIB = 256
+# Every column of a row, aggregated: what each timed query computes.
+AGGREGATE = ("count(*) AS rows", "sum(length(body)) AS body_bytes", "max(index)", "sum(term)", "count(kind)",
+             "count(distinct topic)", "sum(queue_id)", "sum(queue_offset)", "sum(physical_offset)",
+             "sum(length(message_id))", "sum(size(keys))", "count(tags)", "sum(size(properties))",
+             "max(born_timestamp)", "max(store_timestamp)", "sum(store_size)", "sum(sys_flag)", "sum(tags_code)",
+             "count(system_kind)")
 
 
 def make_corpus(directory: str, mib: int) -> dict[str, Any]:
     """Write about `mib` MiB of committed log once; later runs reuse it."""
     marker = os.path.join(directory, "corpus.json")
     if os.path.exists(marker):
-        return json.loads(Path(marker).read_text())
+        info = json.loads(Path(marker).read_text())
+        if info.get("version") == CORPUS_VERSION and info.get("mib") == mib:
+            return info
+        shutil.rmtree(directory)  # an older layout or another size: make it again
     config = DLedgerConfig(self_id="n0", peers=(PeerAddress("n0", "127.0.0.1", 1),), data_dir=directory,
                            preallocate=False)
     store = DLedgerFileStore(config)
@@ -70,12 +91,12 @@ def make_corpus(directory: str, mib: int) -> dict[str, Any]:
         def place(positions: list[int], batch: list[bytearray] = bodies) -> None:
             for body, pos in zip(batch, positions):  # what DLedgerCommitLog's append hook does
                 patch_offsets(body, int.from_bytes(body[20:28], "big"), pos + 48)
-        store.append_as_leader(bodies, term=1, prepare=place)
+        store.append_as_leader(bodies, term=1, prepare=place, channel=CHANNEL_STATE_MACHINE)
         count += len(bodies)
     store.set_committed_index(store.ledger_end_index)
     store.close()
     info = {"messages": count, "log_bytes": store.write_position, "committed_index": store.ledger_end_index,
-            "generate_s": round(time.monotonic() - started, 1)}
+            "generate_s": round(time.monotonic() - started, 1), "version": CORPUS_VERSION, "mib": mib}
     Path(marker).write_text(json.dumps(info))
     return info
 
@@ -104,7 +125,8 @@ def bench_python(corpus: str, info: dict[str, Any]) -> None:
     from spark.entry_scan import raw_read_bytes, scan_file_range
     from spark.log_files import LogFiles
     from spark.partitions import plan_file_ranges
-    from spark.row_builder import record_batches
+    from spark.row_builder import scanned_record_batches
+    from spark.vector_decode import file_range_batches
 
     files = LogFiles.locate(corpus)
     clock = Clock()
@@ -119,12 +141,13 @@ def bench_python(corpus: str, info: dict[str, Any]) -> None:
     emit("python_scan", clock.seconds(), scanned, info["log_bytes"], cpu_s=clock.cpu_seconds(),
          note="one core: entry walk, body and chain CRCs")
     clock = Clock()
-    rows = 0
-    for part in ranges:
-        entries = ((e[0], e[1], e[2], e[4]) for e in scan_file_range(part) if e[3] == 1)
-        rows += sum(batch.num_rows for batch in record_batches(entries))
+    rows = sum(batch.num_rows for part in ranges for batch in scanned_record_batches(scan_file_range(part)))
     emit("python_decode", clock.seconds(), rows, info["log_bytes"], cpu_s=clock.cpu_seconds(),
-         note="one core: scan plus decoding into Arrow RecordBatches")
+         note="one core: scan plus decoding into Arrow RecordBatches, row by row (the reference)")
+    clock = Clock()
+    rows = sum(batch.num_rows for part in ranges for batch in file_range_batches(part))
+    emit("python_vector", clock.seconds(), rows, info["log_bytes"], cpu_s=clock.cpu_seconds(),
+         note="one core: the vectorised decoder (spark/vector_decode.py), CRCs included")
 
 
 def process_tree_cpu_seconds(root_pid: int) -> float:
@@ -151,31 +174,117 @@ def process_tree_cpu_seconds(root_pid: int) -> float:
     return total
 
 
-def bench_spark(corpus: str, info: dict[str, Any], decodes: tuple[str, ...]) -> None:
+def bench_spark(corpus: str, info: dict[str, Any], decodes: tuple[str, ...], runs: int = 3) -> None:
+    """Each decode of the dledger source against Spark's own Parquet reader over
+    the same rows (written once, untimed), the same aggregate, interleaved,
+    best of `runs`; prints the ratio."""
     from spark.session import build_session
 
     spark = build_session("local[2]", app_name="bench-replay")
     try:
-        for decode in decodes:
-            df = spark.read.format("dledger").option("decode", decode).load(corpus)
-            query = df.selectExpr("count(*) AS rows", "sum(length(body)) AS body_bytes", "max(index)",
-                                  "count(distinct topic)", "sum(size(properties))", "sum(size(keys))",
-                                  "max(store_timestamp)", "sum(length(message_id))", "sum(queue_offset)")
-            jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
-            times, cpus = [], []
-            for _ in range(2):
+        parquet = os.path.join(corpus, "parquet")
+        if not os.path.exists(os.path.join(parquet, "_SUCCESS")):
+            spark.read.format("dledger").load(corpus).write.mode("overwrite").parquet(parquet)
+        # A new DataFrame for every run: collecting one twice returns a cached result.
+        frames = {f"spark_{decode}": lambda decode=decode: spark.read.format("dledger").option("decode", decode)
+                  .load(corpus) for decode in decodes}
+        frames["spark_parquet"] = lambda: spark.read.parquet(parquet)
+        jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+        times: dict[str, list[float]] = {name: [] for name in frames}
+        cpus: dict[str, list[float]] = {name: [] for name in frames}
+        results: dict[str, Any] = {}
+        for _ in range(runs):  # interleaved, so a burst of load on the shared machine hits all alike
+            for name, frame in frames.items():
                 started, cpu = time.monotonic(), process_tree_cpu_seconds(jvm)
-                result = query.first()
-                times.append(time.monotonic() - started)
-                cpus.append(process_tree_cpu_seconds(jvm) - cpu)
-            assert result["rows"] == info["messages"], result
-            best = times.index(min(times))
-            emit(f"spark_{decode}", times[best], result["rows"], info["log_bytes"],
-                 partitions=df.rdd.getNumPartitions(), runs_s=[round(t, 2) for t in times],
-                 spark_cpu_s=round(cpus[best], 1), rows_per_cpu_s=round(result["rows"] / cpus[best]),
-                 note="JVM and Python workers' CPU seconds; on 2 idle cores at most twice rows_per_cpu_s")
+                results[name] = frame().selectExpr(*AGGREGATE).first()
+                times[name].append(time.monotonic() - started)
+                cpus[name].append(process_tree_cpu_seconds(jvm) - cpu)
+        for name, frame in frames.items():
+            assert results[name]["rows"] == info["messages"], (name, results[name])
+            assert results[name] == results["spark_parquet"], (name, results[name], results["spark_parquet"])
+            best = times[name].index(min(times[name]))
+            extra = {} if name == "spark_parquet" else \
+                {"vs_parquet": round(min(times["spark_parquet"]) / times[name][best], 2)}
+            emit(name, times[name][best], info["messages"], info["log_bytes"], **extra,
+                 partitions=frame().rdd.getNumPartitions(), runs_s=[round(t, 2) for t in times[name]],
+                 spark_cpu_s=round(cpus[name][best], 1), rows_per_cpu_s=round(info["messages"] / cpus[name][best]),
+                 note="best of interleaved runs; CPU = the JVM's and its Python workers'")
     finally:
         spark.stop()
+
+
+def bench_live(entries: int, runs: int = 2) -> None:
+    """Live mode (`option("servers", ...)`, reading from followers by default,
+    and with preferReplicas=false from the leader) against file mode over a
+    node's files of the same three-node group: `entries` raw 1 KiB entries,
+    count and bytes, best of `runs` each, interleaved; with the CPU each
+    node spent per row read (the leader's is what a replay takes from writers)."""
+    from bench.proc_cpu import cpu_seconds
+    from cluster.process_cluster import ProcessCluster, find_leader
+    from dledger.client import DLedgerClient
+    from spark.session import build_session
+
+    base = Path(tempfile.mkdtemp(prefix="bench-live-"))
+    cluster = ProcessCluster(base, extra_args=["--data-file-size", str(256 << 20), "--index-file-size",
+                                               str(8 << 20), "--preallocate", "false"])
+    cluster.start()
+    servers = ",".join(cluster.addresses.values())
+    loop = asyncio.new_event_loop()
+
+    async def fill() -> tuple[str, int]:
+        async with DLedgerClient(servers) as client:
+            leader = await find_leader(client, list(cluster.addresses.values()), timeout=60.0)
+            body, last = os.urandom(BODY_BYTES), 0
+            for _ in range(0, entries, 500):
+                last = (await client.append([body] * 500)).last_index
+            return leader, last
+
+    spark = build_session("local[2]", app_name="bench-live")
+    try:
+        leader, last = loop.run_until_complete(fill())
+        follower = next(n for n in cluster.ids if n != leader)
+        node_dir = str(cluster.base / follower)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the node's checkpoint catches up within its interval
+            if read_properties_committed(node_dir, follower) >= last:
+                break
+            time.sleep(0.2)
+        frames = {"live_replicas": lambda: spark.read.format("dledger").option("servers", servers).load(),
+                  "live_leader": lambda: spark.read.format("dledger").option("servers", servers)
+                  .option("preferReplicas", "false").load(),
+                  "file": lambda: spark.read.format("dledger").load(node_dir)}
+        pids = {n: p.pid for n, p in cluster.procs.items()}
+        times: dict[str, list[float]] = {name: [] for name in frames}
+        node_cpu: dict[str, list[dict[str, float]]] = {name: [] for name in frames}
+        rows: dict[str, int] = {}
+        for _ in range(runs):
+            for name, frame in frames.items():
+                before = {n: cpu_seconds(pid) for n, pid in pids.items()}
+                started = time.monotonic()
+                result = frame().selectExpr("count(*) AS rows", "sum(length(body))", "max(index)").first()
+                times[name].append(time.monotonic() - started)
+                node_cpu[name].append({n: cpu_seconds(pid) - before[n] for n, pid in pids.items()})
+                rows[name] = result["rows"]
+        for name in frames:
+            best = times[name].index(min(times[name]))
+            cpu = node_cpu[name][best]
+            emit(f"spark_{name}", times[name][best], rows[name], rows[name] * (BODY_BYTES + 48),
+                 runs_s=[round(t, 2) for t in times[name]],
+                 node_cpu_us_per_row={("leader " if n == leader else "") + n: round(c / rows[name] * 1e6, 1)
+                                      for n, c in cpu.items()},
+                 vs_file=round(min(times["file"]) / times[name][best], 2))
+    finally:
+        spark.stop()
+        loop.close()
+        cluster.stop_all()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def read_properties_committed(node_dir: str, node_id: str) -> int:
+    from dledger.store.properties import read_properties
+
+    path = os.path.join(node_dir, f"dledger-{node_id}", "checkpoint")
+    return int(read_properties(path)["committedIndex"]) if os.path.exists(path) else -1
 
 
 def bench_stream_latency(appends: int = 10) -> None:
@@ -228,15 +337,21 @@ def bench_stream_latency(appends: int = 10) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default=os.path.join(tempfile.gettempdir(), "pydledger-replay-corpus"))
-    parser.add_argument("--mib", type=int, default=1024, help="corpus size (default 1024 = 1 GiB)")
+    parser.add_argument("--corpus", default=None, help="where the corpus is kept (default: $TMPDIR/pydledger-replay-MIB)")
+    parser.add_argument("--mib", type=int, default=DEFAULT_MIB, help=f"corpus size in MiB (default {DEFAULT_MIB})")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs of each Spark query (best is reported)")
     parser.add_argument("--skip-tuples", action="store_true")
     parser.add_argument("--skip-streaming", action="store_true")
+    parser.add_argument("--live", type=int, default=0, metavar="N",
+                        help="also compare live mode with file mode on N entries of a three-node group")
     args = parser.parse_args()
+    args.corpus = args.corpus or os.path.join(tempfile.gettempdir(), f"pydledger-replay-{args.mib}")
     info = make_corpus(args.corpus, args.mib)
     print(json.dumps({"bench": "corpus", "path": args.corpus, **info}), flush=True)
     bench_python(args.corpus, info)
-    bench_spark(args.corpus, info, ("arrow",) if args.skip_tuples else ("arrow", "tuples"))
+    bench_spark(args.corpus, info, ("arrow",) if args.skip_tuples else ("arrow", "tuples"), args.runs)
+    if args.live:
+        bench_live(args.live)
     if not args.skip_streaming:
         bench_stream_latency()
 

@@ -403,13 +403,14 @@ class DLedgerClient:
         return (await self._on_leader(call, READ_RETRY)).entry
 
     async def read(self, start: int = -1, end: int = -1, from_id: str | None = None,
-                   include_system: bool = False) -> AsyncIterator[pb.Entry]:
+                   include_system: bool = False, from_address: str | None = None) -> AsyncIterator[pb.Entry]:
         """Committed entries start..end inclusive (-1: the begin index / the
         committed index when the read starts), from the leader or, with
-        `from_id`, from that node's own log. `include_system` adds the log's
+        `from_id` (or `from_address`), from that node's own log, which holds
+        only what that node has committed. `include_system` adds the log's
         own entries (term NOOPs, producer marks)."""
         cursor = _ReadCursor(next_index=start, end_index=end, include_system=include_system)
-        address = await self._address_of(from_id) if from_id else None
+        address = from_address or (await self._address_of(from_id) if from_id else None)
         try:
             while True:
                 batch = await self._retrying(READ_RETRY)(self._next_batch, cursor, address)

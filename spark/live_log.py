@@ -1,26 +1,47 @@
 """Live mode: a running group's committed log through the client library.
 
-The driver asks the leader for its begin and committed index (Metadata); an
-executor streams one fixed index range with the committed range-read RPC
-(DLedgerClient.read), which follows the leader across a failover and resumes
-after the last entry it delivered. Only entries at or below the committed
-index exist for that RPC, so nothing uncommitted can be read.
+Planning (the driver) asks the group for its begin and committed index. It
+probes every node it can reach, not just the one a follower names as leader:
+during an election that leader may be dead, and any node's committed index
+is a valid bound (everything at or below it is committed and never changes;
+a follower's is at most a heartbeat behind the leader's). So planning rides
+out an election, retrying within PLANNING_TIMEOUT_S until some node answers.
+
+Reading (the executors) streams one fixed index range with the committed
+range-read RPC, many entries per message. With preferReplicas (the default)
+a partition reads from a follower, chosen round-robin by partition, so a
+replay does not take the leader's CPU from writers: a node serves only what
+it has committed itself, so a follower behind the pinned end refuses
+(INDEX_OUT_OF_RANGE); the range is then asked of it again for up to
+REPLICA_WAIT_S and then handed to the next node, the leader last. A read cut
+off midway resumes after the last entry delivered, on the next node.
+maxBytesPerSecond throttles a partition's reads.
 """
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import zlib
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError, ResponseCode
+from rpcgen import dledger_pb2 as pb
 from spark.entry_scan import scanned_magic
 from spark.partitions import LiveRange
 
 # Entries handed from the event loop to the (synchronous) Spark reader at a time.
 CHUNK_ENTRIES = 4096
+# How long planning keeps trying to reach some node of the group.
+PLANNING_TIMEOUT_S = 30.0
+# How long a replica behind the pinned committed index is waited for.
+REPLICA_WAIT_S = 2.0
+# A replica read gives up on an unreachable node after this long (the leader
+# read then follows the group as DLedgerClient does, for its own deadline).
+REPLICA_DEADLINE_S = 2.0
 T = TypeVar("T")
 
 
@@ -42,15 +63,70 @@ class _LoopThread:
         return asyncio.run_coroutine_threadsafe(coroutine, cls._loop).result()
 
 
-def committed_bounds(servers: tuple[str, ...], group: str) -> tuple[int, int]:
-    """(begin index, committed index) as the group's leader knows them."""
-    async def ask(client: DLedgerClient) -> tuple[int, int]:
-        _, address = await client.leader()
-        metadata = await client.metadata(address)
-        if metadata is None:
-            raise DLedgerError(ResponseCode.NETWORK_ERROR, f"leader {address} did not answer Metadata")
-        return metadata.ledger_begin_index, metadata.committed_index
+@dataclass(frozen=True)
+class GroupView:
+    """What planning learnt: bounds, and the nodes to read from."""
+    begin_index: int
+    committed_index: int
+    leader: str | None         # its address, when a node answered as leader
+    followers: tuple[str, ...]  # addresses of the other nodes that answered
+
+
+def committed_bounds(servers: tuple[str, ...], group: str,
+                     timeout_s: float = PLANNING_TIMEOUT_S) -> tuple[int, int]:
+    """(begin index, committed index) of the group, within `timeout_s` whatever elections happen."""
+    view = group_view(servers, group, timeout_s)
+    return view.begin_index, view.committed_index
+
+
+def group_view(servers: tuple[str, ...], group: str, timeout_s: float = PLANNING_TIMEOUT_S) -> GroupView:
+    async def ask(client: DLedgerClient) -> GroupView:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            view = await _probe(client)
+            if view is not None:
+                return view
+            if time.monotonic() >= deadline:
+                raise DLedgerError(ResponseCode.NETWORK_ERROR,
+                                   f"no node of group {group!r} answered Metadata within {timeout_s:.0f}s "
+                                   f"(servers {','.join(servers)})")
+            await asyncio.sleep(0.2)
     return _with_client(servers, group, ask)
+
+
+async def _probe(client: DLedgerClient) -> GroupView | None:
+    """Every node reachable from the given servers and the peers they name."""
+    answers: dict[str, pb.MetadataResponse | None] = {}
+    pending = list(client.servers)
+    while pending:
+        replies = await asyncio.gather(*(_metadata(client, a) for a in pending))
+        answers.update(zip(pending, replies))
+        named = {peer.address for reply in replies if reply is not None for peer in reply.peers}
+        pending = [a for a in named if a and a not in answers]
+    usable = {address: a for address, a in answers.items() if a is not None and not a.repairing}
+    if not usable:
+        return None
+    leaders = sorted((a.term, address) for address, a in usable.items() if a.role == "LEADER")
+    leader = leaders[-1][1] if leaders else None
+    if leader is not None:
+        begin, committed = usable[leader].ledger_begin_index, usable[leader].committed_index
+    else:  # an election: the followers' view, a heartbeat old at most
+        begin = max(a.ledger_begin_index for a in usable.values())
+        committed = max(a.committed_index for a in usable.values())
+    seen_ids = {usable[leader].self_id} if leader else set()
+    followers = []
+    for address, answer in sorted(usable.items()):
+        if address != leader and answer.self_id not in seen_ids:  # one node may be named twice
+            seen_ids.add(answer.self_id)
+            followers.append(address)
+    return GroupView(begin, committed, leader, tuple(followers))
+
+
+async def _metadata(client: DLedgerClient, address: str) -> pb.MetadataResponse | None:
+    try:
+        return await client.metadata(address)
+    except DLedgerError:
+        return None  # another group, or a node that refuses: not one to plan with
 
 
 def _with_client(servers: tuple[str, ...], group: str, work: Callable[[DLedgerClient], Awaitable[T]]) -> T:
@@ -60,37 +136,118 @@ def _with_client(servers: tuple[str, ...], group: str, work: Callable[[DLedgerCl
     return _LoopThread.run(run())
 
 
-def live_entries(part: LiveRange) -> Iterator[tuple[int, int, int, int, memoryview]]:
+Scanned = tuple[int, int, int, int, memoryview]
+
+
+def live_entries(part: LiveRange) -> Iterator[Scanned]:
     """(index, term, pos, magic, body) of the NORMAL entries of the range, in
     order, as the file scan hands them on (see entry_scan.scanned_magic).
     The process's event loop is asked for a chunk at a time, so the Spark
     reader stays a plain generator and memory stays bounded."""
-    client = DLedgerClient(part.servers, part.group)
-    stream = client.read(part.first_index, part.last_index).__aiter__()
+    reader = _RangeReader(part)
+    try:
+        while True:
+            chunk = _LoopThread.run(reader.take(CHUNK_ENTRIES))
+            yield from chunk
+            if len(chunk) < CHUNK_ENTRIES:
+                return
+    finally:
+        _LoopThread.run(reader.close())
 
-    async def take() -> list[tuple[int, int, int, int, memoryview]]:
-        chunk: list[tuple[int, int, int, int, memoryview]] = []
-        while len(chunk) < CHUNK_ENTRIES:
-            try:
-                entry = await stream.__anext__()
-            except StopAsyncIteration:
+
+class _RangeReader:
+    """Entries first..last of a partition: from its replicas in order, then
+    the leader, resuming after the last entry delivered whenever a node fails."""
+
+    def __init__(self, part: LiveRange) -> None:
+        self.part = part
+        self.next_index = part.first_index
+        self.sources: list[str | None] = [*part.replicas, None]  # None: the leader, wherever it is
+        self.stream: AsyncIterator[pb.Entry] | None = None
+        self.client: DLedgerClient | None = None
+        self.started = self.begun = time.monotonic()
+        self.bytes = 0
+        self.node_failures: list[str] = []
+
+    async def take(self, count: int) -> list[Scanned]:
+        chunk: list[Scanned] = []
+        while len(chunk) < count and self.next_index <= self.part.last_index:
+            entry = await self._next()
+            if entry is None:
                 break
             if zlib.crc32(entry.body) != entry.body_crc:
                 raise DLedgerError(ResponseCode.INTERNAL_ERROR, f"entry {entry.index}: body CRC mismatch on the wire")
             chunk.append((entry.index, entry.term, entry.pos, scanned_magic(entry.magic, entry.channel),
                           memoryview(entry.body)))
+            self.bytes += len(entry.body)
+        await self._throttle()
         return chunk
 
-    async def close() -> None:
-        await stream.aclose()  # type: ignore[attr-defined]
-        await client.close()
-
-    try:
+    async def _next(self) -> pb.Entry | None:
+        """The next entry of the range (None past its end), from whichever node can serve it."""
         while True:
-            chunk = _LoopThread.run(take())
-            yield from chunk
-            if len(chunk) < CHUNK_ENTRIES:
-                return
-    finally:
-        _LoopThread.run(close())
+            if self.stream is None:
+                await self._open()
+            assert self.stream is not None
+            try:
+                entry = await self.stream.__anext__()
+            except StopAsyncIteration:
+                # The node served the whole range: it refuses a range above
+                # its committed index up front, and a read ends only at the
+                # range's end (the log's own entries, such as a term's NOOP,
+                # are left out, so the last entry delivered may be earlier).
+                await self._drop()
+                self.next_index = self.part.last_index + 1
+                return None
+            except DLedgerError as error:
+                await self._drop()
+                if self.sources[0] is None:
+                    raise  # the leader read followed the group for its whole deadline
+                await self._on_replica_error(error)
+                continue
+            if entry.index < self.next_index:
+                continue  # already delivered before a resume
+            self.next_index = entry.index + 1
+            return entry
 
+    async def _open(self) -> None:
+        source = self.sources[0]
+        deadline = REPLICA_DEADLINE_S if source is not None else 10.0
+        self.client = DLedgerClient(self.part.servers if source is None else [source], self.part.group,
+                                    deadline_s=deadline)
+        self.stream = self.client.read(self.next_index, self.part.last_index,
+                                       from_address=source).__aiter__()
+
+    async def _on_replica_error(self, error: DLedgerError) -> None:
+        if error.code == ResponseCode.INDEX_OUT_OF_RANGE and \
+                time.monotonic() - self.started < REPLICA_WAIT_S:
+            await asyncio.sleep(0.1)  # behind the pinned index: it may catch up in a moment
+            return
+        await self._fail_over(f"{error.code.name}: {error.message}")
+
+    async def _fail_over(self, why: str) -> None:
+        failed = self.sources.pop(0)
+        self.node_failures.append(f"{failed or 'leader'}: {why}")
+        self.started = time.monotonic()
+        if not self.sources:
+            raise DLedgerError(ResponseCode.NETWORK_ERROR,
+                               f"entries {self.next_index}..{self.part.last_index}: no node served them "
+                               f"({'; '.join(self.node_failures)})")
+
+    async def _throttle(self) -> None:
+        limit = self.part.max_bytes_per_second
+        if limit:
+            ahead = self.bytes / limit - (time.monotonic() - self.begun)
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+
+    async def _drop(self) -> None:
+        if self.stream is not None:
+            await self.stream.aclose()  # type: ignore[attr-defined]
+            self.stream = None
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
+
+    async def close(self) -> None:
+        await self._drop()

@@ -12,13 +12,17 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
 
 from spark.entry_scan import scan_file_range
-from spark.live_log import committed_bounds, live_entries
+from spark.live_log import committed_bounds, group_view, live_entries
 from spark.log_files import LogFiles, LogFilesError
 from spark.options import SourceOptions
 from spark.partitions import FileRange, LiveRange, plan_file_ranges, plan_live_ranges, segment_spans
 from spark.row_builder import record_tuples, scanned_record_batches
+from spark.row_filter import FILTER_COLUMNS, RowFilter
+from spark.schema import COLUMNS, arrow_schema_of, requested_columns
+from spark.vector_decode import file_range_batches
 
 
 class CommittedLog(Protocol):
@@ -51,7 +55,8 @@ class FileLog:
         return begin, committed
 
     def plan(self, first_index: int, last_index: int) -> list[FileRange]:
-        return plan_file_ranges(self.files(), first_index, last_index, self.options.max_partition_bytes)
+        return plan_file_ranges(self.files(), first_index, last_index, self.options.max_partition_bytes,
+                                self.options.min_partitions)
 
 
 class LiveLog:
@@ -62,23 +67,59 @@ class LiveLog:
         return committed_bounds(self.options.servers, self.options.group)
 
     def plan(self, first_index: int, last_index: int) -> list[LiveRange]:
+        replicas = group_view(self.options.servers, self.options.group).followers \
+            if self.options.prefer_replicas else ()
         return plan_live_ranges(self.options.servers, self.options.group, first_index, last_index,
-                                self.options.entries_per_partition)
+                                self.options.entries_per_partition, replicas, self.options.max_bytes_per_second,
+                                self.options.min_partitions)
 
 
 def committed_log(options: SourceOptions) -> CommittedLog:
     return LiveLog(options) if options.live else FileLog(options)
 
 
-def read_partition(partition: InputPartition, topics: frozenset[str] | None,
-                   arrow: bool = True) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
-    """The rows of one partition; what an executor runs."""
+def read_partition(partition: InputPartition, options: SourceOptions,
+                   schema: StructType | None = None) -> Iterator[pa.RecordBatch] | Iterator[tuple[Any, ...]]:
+    """The rows of one partition; what an executor runs. `schema` (a subset
+    of the source's columns, see spark.schema.requested_columns) limits what
+    is decoded; None means every column."""
+    columns = requested_columns(schema)
+    selection = RowFilter.of(options)
+    decoded = columns if columns is None or selection is None else \
+        tuple(c for c in COLUMNS if c in columns or c in FILTER_COLUMNS)
+    topics, arrow = options.topics, options.arrow or selection is not None
     if isinstance(partition, FileRange):
-        entries = scan_file_range(partition)
+        batches = file_range_batches(partition, topics, decoded) if arrow else None
+        entries = scan_file_range(partition) if batches is None else None
     elif isinstance(partition, LiveRange):
-        entries = live_entries(partition)
+        batches, entries = None, live_entries(partition)
     elif type(partition) is InputPartition and partition.value is None:
         return iter(())  # Spark's stand-in when planning found nothing to read
     else:
         raise TypeError(f"not a dledger partition: {partition!r}")
-    return scanned_record_batches(entries, topics) if arrow else record_tuples(entries, topics)
+    if entries is not None and arrow:
+        batches = (b if decoded is None else b.select(list(decoded))
+                   for b in scanned_record_batches(entries, topics))
+    if batches is not None:
+        if selection is not None:
+            batches = (selection.apply(b) for b in batches)
+        if decoded != columns:
+            batches = (b.select(list(columns or COLUMNS)) for b in batches)
+        return _conform(batches, schema)
+    rows = record_tuples(entries or iter(()), topics)
+    if columns is None:
+        return rows
+    at = [COLUMNS.index(name) for name in columns]
+    return (tuple(row[k] for k in at) for row in rows)
+
+
+def _conform(batches: Iterator[pa.RecordBatch], schema: StructType | None) -> Iterator[pa.RecordBatch]:
+    """Batches labelled with the Arrow schema PySpark expects for `schema`
+    (a query's own schema may call a column nullable that ours does not)."""
+    target = arrow_schema_of(schema)
+    for batch in batches:
+        if batch.schema.equals(target):
+            yield batch
+        else:
+            yield pa.RecordBatch.from_arrays([column if column.type == field.type else column.cast(field.type)
+                                              for column, field in zip(batch.columns, target)], schema=target)

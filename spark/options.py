@@ -2,23 +2,44 @@
 
 Spark passes options as a case-insensitive map of strings. The names follow
 Spark's Kafka source where the idea is the same (startingOffsets,
-failOnDataLoss, max...PerTrigger) and say what they mean otherwise.
+endingOffsets, startingTimestamp, subscribePattern, minPartitions,
+failOnDataLoss, max...PerTrigger) and say what they mean otherwise. An option
+this source does not know, or two that contradict each other, is refused
+with a message naming them: a typo must not silently read something else.
 
     path                  a node's data dir, its dledger-<id>/ dir, or a copy of data segments
     servers               HOST:PORT,... : read a running group instead (live mode)
     group                 DLedger group of the servers (default "default")
     nodeId                which dledger-<id>/ under path, when it holds several
-    topic                 comma-separated topics: only messages of these (like Kafka's subscribe)
-    startIndex, endIndex  batch: first and last log index to read (default: all committed)
-    startingOffsets       stream: earliest | latest (default) | a log index to start at
+    topic                 comma-separated topics: only messages of these (Kafka's subscribe)
+    subscribePattern      a regular expression: only messages of the topics it matches whole
+    startIndex, endIndex  first and last log index to read (batch; default: all committed)
+    startingOffsets       earliest (batch default) | latest (stream default) | a log index |
+                          JSON per topic and queue, {"Orders": {"0": 120, "1": -2}}: queue offsets
+                          to start at, -2 earliest, -1 latest (streams: all -1 only, i.e. latest)
+    endingOffsets         batch: latest (default) | JSON per topic and queue, queue offsets to stop
+                          before (exclusive, as Kafka's), -1 latest
+    startingTimestamp     ms since the epoch: only messages stored at or after it
+    includeProperties     true (default) | false: leave the properties column out of the schema
     maxEntriesPerTrigger  stream: at most this many log entries per micro-batch
     maxPartitionBytes     file mode: bytes of log per partition (default 128 MiB)
     entriesPerPartition   live mode: entries per partition (default 100000)
+    minPartitions         at least about this many partitions (default: the driver's cores)
+    preferReplicas        live mode: true (default) reads from followers up to the committed
+                          index pinned at planning; false: from the leader
+    maxBytesPerSecond     live mode: throttle each partition's reads to this many bytes/s
     failOnDataLoss        stream: fail (default) or skip when retention deleted entries not yet read
     decode                arrow (default): RecordBatches to Spark; tuples: row by row (slower, for comparison)
+
+Per-queue JSON and startingTimestamp select rows after decoding (the whole
+committed range is read); topic and subscribePattern too.
 """
 from __future__ import annotations
 
+import difflib
+import json
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -26,6 +47,20 @@ from dledger.client import parse_servers
 
 DEFAULT_MAX_PARTITION_BYTES = 128 << 20  # Spark's spark.sql.files.maxPartitionBytes
 DEFAULT_ENTRIES_PER_PARTITION = 100_000
+# The planner runs on the driver: its cores are what local mode reads with.
+DEFAULT_MIN_PARTITIONS = os.cpu_count() or 1
+EARLIEST, LATEST = -2, -1  # Kafka's per-partition JSON values
+
+# Every option, as documented (Spark hands them over lower-cased).
+KNOWN_OPTIONS = ("path", "servers", "group", "nodeId", "topic", "subscribePattern", "startIndex", "endIndex",
+                 "startingOffsets", "endingOffsets", "startingTimestamp", "includeProperties",
+                 "maxEntriesPerTrigger", "maxPartitionBytes", "entriesPerPartition", "minPartitions",
+                 "preferReplicas", "maxBytesPerSecond", "failOnDataLoss", "decode")
+_CANONICAL = {name.lower(): name for name in KNOWN_OPTIONS}
+FILE_ONLY = ("nodeId", "maxPartitionBytes")
+LIVE_ONLY = ("entriesPerPartition", "preferReplicas", "maxBytesPerSecond")
+# Queue offsets per topic and queue id.
+QueueOffsets = dict[str, dict[int, int]]
 
 
 class OptionError(ValueError):
@@ -41,28 +76,54 @@ class SourceOptions:
     topics: frozenset[str] | None
     start_index: int | None
     end_index: int | None
-    starting_offsets: str
+    starting_offsets: str  # earliest | latest | a log index | json (see starting_queue_offsets)
     max_entries_per_trigger: int | None
     max_partition_bytes: int
     entries_per_partition: int
     fail_on_data_loss: bool
     arrow: bool = True
+    min_partitions: int = DEFAULT_MIN_PARTITIONS
+    subscribe_pattern: str | None = None
+    starting_queue_offsets: QueueOffsets | None = None
+    ending_queue_offsets: QueueOffsets | None = None
+    starting_timestamp: int | None = None
+    include_properties: bool = True
+    prefer_replicas: bool = True
+    max_bytes_per_second: int | None = None
+    starting_given: bool = False  # startingOffsets was set (else: the mode's default)
 
     @property
     def live(self) -> bool:
         return bool(self.servers)
 
+    @property
+    def selects_rows(self) -> bool:
+        """Whether rows are chosen after decoding (pattern, queue offsets, timestamp)."""
+        return bool(self.subscribe_pattern or self.starting_queue_offsets or self.ending_queue_offsets
+                    or self.starting_timestamp is not None)
+
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
         values = {key.lower(): value for key, value in options.items()}
+        _refuse_unknown(values)
         path = values.get("path") or None
         servers = _servers(values.get("servers"))
         if bool(path) == bool(servers):
             raise OptionError("give exactly one of a path (.load(PATH)) or the servers option")
+        _refuse_contradictions(values, live=bool(servers))
         topics = frozenset(t.strip() for t in values.get("topic", "").split(",") if t.strip()) or None
-        starting = values.get("startingoffsets", "latest").strip().lower()
-        if starting not in ("earliest", "latest"):
-            _integer("startingOffsets", starting, 0)
+        pattern = _pattern(values.get("subscribepattern"))
+        starting_text = values.get("startingoffsets", "").strip()
+        starting, starting_queues = _starting(starting_text)
+        ending_queues = _queue_offsets("endingOffsets", values["endingoffsets"]) \
+            if values.get("endingoffsets", "latest").strip().lower() != "latest" else None
+        for name, queues in (("startingOffsets", starting_queues), ("endingOffsets", ending_queues)):
+            _check_subscribed(name, queues, topics, pattern)
+        if topics is None and pattern is None and (starting_queues or ending_queues):
+            # The JSON's topics are the subscription, as with Kafka's assign.
+            topics = frozenset((starting_queues or {}).keys()) | frozenset((ending_queues or {}).keys())
+        if ending_queues and any(v == EARLIEST for q in ending_queues.values() for v in q.values()):
+            raise OptionError("endingOffsets: -2 (earliest) cannot end a read; give -1 (latest) or an offset")
         return cls(
             path=path, servers=servers, group=values.get("group", "default"),
             node_id=values.get("nodeid") or None, topics=topics,
@@ -75,7 +136,103 @@ class SourceOptions:
             or DEFAULT_ENTRIES_PER_PARTITION,
             fail_on_data_loss=_boolean("failOnDataLoss", values.get("failondataloss", "true")),
             arrow=_decode(values.get("decode", "arrow")),
+            min_partitions=_optional_integer(values, "minpartitions", 1) or DEFAULT_MIN_PARTITIONS,
+            subscribe_pattern=pattern,
+            starting_queue_offsets=starting_queues,
+            ending_queue_offsets=ending_queues,
+            starting_timestamp=_optional_integer(values, "startingtimestamp", 0),
+            include_properties=_boolean("includeProperties", values.get("includeproperties", "true")),
+            prefer_replicas=_boolean("preferReplicas", values.get("preferreplicas", "true")),
+            max_bytes_per_second=_optional_integer(values, "maxbytespersecond", 1),
+            starting_given=bool(starting_text),
         )
+
+
+def _refuse_unknown(values: Mapping[str, str]) -> None:
+    unknown = sorted(key for key in values if key not in _CANONICAL)
+    if not unknown:
+        return
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, list(_CANONICAL), n=1, cutoff=0.75)
+        hints.append(f"{key!r}" + (f" (did you mean {_CANONICAL[close[0]]}?)" if close else ""))
+    raise OptionError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
+                      f"the dledger source takes {', '.join(KNOWN_OPTIONS)}")
+
+
+def _refuse_contradictions(values: Mapping[str, str], live: bool) -> None:
+    def given(name: str) -> bool:
+        return bool(values.get(name.lower(), "").strip())
+
+    pairs = [("startIndex", "startingOffsets"), ("endIndex", "endingOffsets"), ("topic", "subscribePattern"),
+             ("startingTimestamp", "startingOffsets"), ("startingTimestamp", "startIndex")]
+    for first, second in pairs:
+        if given(first) and given(second):
+            raise OptionError(f"options {first} and {second} contradict each other: give one of them")
+    wrong_mode = [name for name in (FILE_ONLY if live else LIVE_ONLY) if given(name)]
+    if wrong_mode:
+        raise OptionError(f"option{'s' if len(wrong_mode) > 1 else ''} {', '.join(wrong_mode)} only appl"
+                          f"{'y' if len(wrong_mode) > 1 else 'ies'} to {'file' if live else 'live'} mode "
+                          f"({'a path' if live else 'the servers option'}), not to {'live' if live else 'file'} "
+                          f"mode")
+
+
+def _starting(text: str) -> tuple[str, QueueOffsets | None]:
+    """(earliest | latest | index | json, per-queue offsets for json)."""
+    lowered = text.lower()
+    if lowered in ("", "earliest", "latest"):
+        return lowered or "latest", None
+    if text.startswith("{"):
+        return "json", _queue_offsets("startingOffsets", text)
+    _integer("startingOffsets", text, 0)
+    return text, None
+
+
+def _queue_offsets(name: str, text: str) -> QueueOffsets:
+    """Kafka's per-partition JSON with RocketMQ's names: {"topic": {"queue id": offset}}."""
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise OptionError(f"{name}: not JSON ({error}); expected e.g. {{\"Orders\": {{\"0\": 120, \"1\": -2}}}}") \
+            from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise OptionError(f"{name}: expected a JSON object of topics, e.g. {{\"Orders\": {{\"0\": 120}}}}")
+    result: QueueOffsets = {}
+    for topic, queues in parsed.items():
+        if not isinstance(queues, dict) or not queues:
+            raise OptionError(f"{name}: topic {topic!r} needs an object of queue id -> offset")
+        result[topic] = {}
+        for queue, offset in queues.items():
+            try:
+                queue_id = int(queue)
+            except ValueError:
+                raise OptionError(f"{name}: topic {topic!r}: queue id {queue!r} is not an integer") from None
+            if queue_id < 0 or not isinstance(offset, int) or isinstance(offset, bool) or offset < EARLIEST:
+                raise OptionError(f"{name}: topic {topic!r} queue {queue}: expected a queue id >= 0 and an "
+                                  f"offset >= 0, -2 (earliest) or -1 (latest), got {offset!r}")
+            result[topic][queue_id] = offset
+    return result
+
+
+def _check_subscribed(name: str, queues: QueueOffsets | None, topics: frozenset[str] | None,
+                      pattern: str | None) -> None:
+    if not queues:
+        return
+    outside = [t for t in queues if (topics is not None and t not in topics)
+               or (pattern is not None and not re.fullmatch(pattern, t))]
+    if outside:
+        raise OptionError(f"{name} names topic{'s' if len(outside) > 1 else ''} {', '.join(map(repr, outside))} "
+                          f"that the topic/subscribePattern option does not subscribe to")
+
+
+def _pattern(text: str | None) -> str | None:
+    if not text:
+        return None
+    try:
+        re.compile(text)
+    except re.error as error:
+        raise OptionError(f"subscribePattern: not a regular expression ({error})") from None
+    return text
 
 
 def _servers(text: str | None) -> tuple[str, ...]:
@@ -89,7 +246,7 @@ def _servers(text: str | None) -> tuple[str, ...]:
 
 def _optional_integer(values: Mapping[str, str], key: str, minimum: int) -> int | None:
     text = values.get(key)
-    return None if text is None or text == "" else _integer(key, text, minimum)
+    return None if text is None or text == "" else _integer(_CANONICAL.get(key, key), text, minimum)
 
 
 def _integer(name: str, text: str, minimum: int) -> int:

@@ -12,7 +12,12 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
+from dledger.entry import INDEX_RECORD_SIZE
 from spark.log_files import LogFiles, LogFilesError, SegmentFile
+
+
+# Spark's spark.sql.files.openCostInBytes: a task is worth at least this much reading.
+MIN_PARTITION_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -28,15 +33,21 @@ class FileRange(InputPartition):
     last_index: int
     pos: int | None
     previous_chain_crc: int | None
+    # (path, start, size) of the index files holding the range's records:
+    # entry positions for the vectorised decoder (spark/vector_decode.py).
+    index_segments: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
 class LiveRange(InputPartition):
-    """Committed entries first_index..last_index, read from the group's leader."""
+    """Committed entries first_index..last_index: from `replicas` (addresses,
+    in the order to try them) and then from the group's leader."""
     servers: tuple[str, ...]
     group: str
     first_index: int
     last_index: int
+    replicas: tuple[str, ...] = ()
+    max_bytes_per_second: int | None = None
 
 
 @dataclass(frozen=True)
@@ -59,11 +70,23 @@ def segment_spans(files: LogFiles) -> list[SegmentSpan]:
 
 
 def plan_file_ranges(files: LogFiles, first_index: int, last_index: int,
-                     max_partition_bytes: int) -> list[FileRange]:
+                     max_partition_bytes: int, min_partitions: int = 1) -> list[FileRange]:
     """Cut entries first_index..last_index into ranges: never across a segment,
     and, where the index files tell positions, at most about
-    `max_partition_bytes` each (a 1 GiB segment would otherwise be one task)."""
+    `max_partition_bytes` each (a 1 GiB segment would otherwise be one task).
+    As Spark's file sources do, a small read is cut finer so that it makes
+    about `min_partitions` tasks (no smaller than MIN_PARTITION_BYTES each),
+    and a large one into a multiple of `min_partitions` tasks."""
     spans = segment_spans(files)
+    if min_partitions > 1 and first_index <= last_index:
+        first, last = files.index_record(first_index), files.index_record(last_index)
+        if first is not None and last is not None:
+            total = last[0] + last[1] - first[0]
+            # A multiple of min_partitions tasks, so that the cores finish together
+            # (3 tasks on 2 cores leave one idle for a third of the read).
+            count = max(min_partitions, -(-total // max_partition_bytes))
+            count = -(-count // min_partitions) * min_partitions
+            max_partition_bytes = max(MIN_PARTITION_BYTES, -(-total // count))
     ranges: list[FileRange] = []
     for k, span in enumerate(spans):
         span_last = spans[k + 1].first_index - 1 if k + 1 < len(spans) else last_index
@@ -93,8 +116,13 @@ def _split_span(files: LogFiles, span: SegmentSpan, low: int, high: int,
         if record is None:
             raise LogFilesError(f"{files.base_dir}: no index record for entry {first}")
         ranges.append(FileRange(segment.path, segment.start, segment.size, first, following - 1, record[0],
-                                _previous_chain_crc(files, first)))
+                                _previous_chain_crc(files, first), _index_segments(files, first, following - 1)))
     return ranges
+
+
+def _index_segments(files: LogFiles, first: int, last: int) -> tuple[tuple[str, int, int], ...]:
+    low, high = first * INDEX_RECORD_SIZE, (last + 1) * INDEX_RECORD_SIZE
+    return tuple((s.path, s.start, s.size) for s in files.index if s.start < high and s.end > low)
 
 
 def _previous_chain_crc(files: LogFiles, index: int) -> int | None:
@@ -124,13 +152,19 @@ def _check_coverage(ranges: list[FileRange], first_index: int, last_index: int,
 
 
 def plan_live_ranges(servers: tuple[str, ...], group: str, first_index: int, last_index: int,
-                     entries_per_partition: int) -> list[LiveRange]:
+                     entries_per_partition: int, replicas: tuple[str, ...] = (),
+                     max_bytes_per_second: int | None = None, min_partitions: int = 1) -> list[LiveRange]:
     """Fixed index ranges, decided once at planning: re-running a task reads
-    the same committed entries, whoever leads by then."""
+    the same committed entries, whoever leads by then. Partition k tries the
+    replicas starting from the k-th, so reads spread over the followers."""
+    count = last_index - first_index + 1
+    if count > 0 and min_partitions > 1:
+        entries_per_partition = min(entries_per_partition, max(1, -(-count // min_partitions)))
     ranges: list[LiveRange] = []
     start = first_index
     while start <= last_index:
         end = min(last_index, start + entries_per_partition - 1)
-        ranges.append(LiveRange(servers, group, start, end))
+        k = len(ranges) % len(replicas) if replicas else 0
+        ranges.append(LiveRange(servers, group, start, end, replicas[k:] + replicas[:k], max_bytes_per_second))
         start = end + 1
     return ranges

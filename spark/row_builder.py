@@ -178,8 +178,9 @@ class RowBatchBuilder:
                             topic = str(body[body_end + 1:topic_end], "utf-8")
                             text = str(body[topic_end + 2:size], "utf-8")
                         except UnicodeDecodeError:
-                            text = "\x01"  # malformed: `add` will say so
-                        count = _property_count(text) if text else 0
+                            count = -1  # malformed: `add` will say so
+                        else:
+                            count = _property_count(text) if text else 0
                         if count >= 0:
                             done = True
                             if topics is None or topic in topics:
@@ -250,7 +251,7 @@ class RowBatchBuilder:
         arrays["properties"] = properties
         arrays["tags"] = pc.map_lookup(properties, _TAGS, "first")
         arrays["message_id"] = pc.map_lookup(properties, _UNIQ_KEY, "first")
-        arrays["keys"] = _keys(pc.map_lookup(properties, _KEYS, "first"))
+        arrays["keys"] = keys_from_raw(pc.map_lookup(properties, _KEYS, "first"))
         arrays["tags_code"] = self._tags_codes(arrays["tags"], arrays["kind"])
         batch = pa.RecordBatch.from_arrays([arrays[name] for name in ARROW_SCHEMA.names], schema=ARROW_SCHEMA)
         self._reset()
@@ -279,7 +280,7 @@ class RowBatchBuilder:
         return pc.if_else(pc.and_(pc.equal(kinds, KIND_MESSAGE), pc.is_null(codes)), 0, codes)
 
 
-def _keys(raw: pa.Array) -> pa.Array:
+def keys_from_raw(raw: pa.Array) -> pa.Array:
     """KEYS split on spaces, empty keys dropped (as the IndexService splits them)."""
     split = pc.split_pattern(raw, mc.KEY_SEPARATOR)
     if not pc.any(pc.equal(pc.list_flatten(split), "")).as_py():

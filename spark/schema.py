@@ -30,7 +30,7 @@ from typing import Final
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType,
+from pyspark.sql.types import (ArrayType, BinaryType, DataType, IntegerType, LongType, MapType, StringType,
                                StructField, StructType, TimestampType)
 
 KIND_MESSAGE: Final = "message"
@@ -65,3 +65,37 @@ COLUMNS: Final = tuple(SCHEMA.fieldNames())
 # nullability included): derived from SCHEMA by PySpark's own conversion so the
 # two can never drift apart.
 ARROW_SCHEMA: Final[pa.Schema] = to_arrow_schema(SCHEMA, timezone="UTC")
+
+
+def requested_columns(schema: StructType | None) -> tuple[str, ...] | None:
+    """The columns a query asked for by giving its own schema (`.schema(...)`
+    before `.load()`, a subset of SCHEMA): only those are decoded, so a query
+    that leaves out `body` and `properties` never builds them. None: all.
+
+    PySpark's Python data sources get no column pruning from the optimizer,
+    so a schema is how a query says what it needs."""
+    if schema is None or schema == SCHEMA:
+        return None
+    ours = {field.name: field for field in SCHEMA.fields}
+    for field in schema.fields:
+        if field.name not in ours:
+            raise ValueError(f"schema: the dledger source has no column {field.name!r} "
+                             f"(columns: {', '.join(COLUMNS)})")
+        if _nullable(field.dataType) != _nullable(ours[field.name].dataType):
+            raise ValueError(f"schema: column {field.name!r} is {ours[field.name].dataType.simpleString()}, "
+                             f"not {field.dataType.simpleString()}")
+    return tuple(field.name for field in schema.fields)
+
+
+def arrow_schema_of(schema: StructType | None) -> pa.Schema:
+    return ARROW_SCHEMA if schema is None or schema == SCHEMA else to_arrow_schema(schema, timezone="UTC")
+
+
+def _nullable(data_type: DataType) -> DataType:
+    """The type with every nested element nullable: a query's own schema may
+    say ARRAY<STRING> for our ARRAY<STRING NOT NULL>."""
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(_nullable(data_type.keyType), _nullable(data_type.valueType), True)
+    return data_type

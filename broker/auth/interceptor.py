@@ -12,13 +12,14 @@ UNAUTHENTICATED or PERMISSION_DENIED. Telemetry is checked when it opens
 and again on every settings command the client sends.
 
 Health checks are not checked: load balancers probe without credentials.
-The peer protocol (Vote, HeartBeat, Push) is for super users only: with
+The peer protocol (Vote, HeartBeat, Push, PeerStream) is for super users only: with
 mutual TLS it is served on the members' own port, where this interceptor is
 not installed; on a single shared port peers sign their calls as the
 bootstrap super user, whose secret every member holds.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
@@ -87,17 +88,16 @@ class _Checked:
         self.method = method
         self.handler = handler
         self.requirements = REQUIREMENTS.get(method, lambda request: _UNMAPPED)
-        # What each message of a bidirectional stream needs: Telemetry's
-        # settings commands say it themselves; the log's streams (AppendStream,
-        # and PeerStream on a shared port) need what the method needs.
-        self.message_requirements = telemetry_requirements if method.endswith("/Telemetry") else self.requirements
         self.response_type = _messaging_response(method)
 
     def wrapped(self) -> Any:
         h = self.handler
-        if h.request_streaming and h.response_streaming:
+        if h.request_streaming and h.response_streaming and self.method.endswith("/Telemetry"):
             return grpc.stream_stream_rpc_method_handler(self._stream_stream, h.request_deserializer,
                                                          h.response_serializer)
+        if h.request_streaming and h.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(self._stream_stream_checked_at_open,
+                                                         h.request_deserializer, h.response_serializer)
         if h.response_streaming:
             return grpc.unary_stream_rpc_method_handler(self._unary_stream, h.request_deserializer,
                                                         h.response_serializer)
@@ -167,11 +167,29 @@ class _Checked:
             await self._abort(failure, context)
         return await self.handler.stream_unary(requests, context)
 
+    async def _stream_stream_checked_at_open(self, requests: AsyncIterator[Any],
+                                             context: grpc.aio.ServicerContext) -> None:
+        """The log's streams (AppendStream; PeerStream on a shared port):
+        what they need does not depend on a message's content, so the caller
+        is checked once, when the stream opens. Their servicers read and
+        write through the context, which this wrapper leaves to them."""
+        try:
+            self._check(None, context)
+        except AuthFailure as failure:
+            self._denied(failure, context)
+            await self._abort(failure, context)
+        result = self.handler.stream_stream(requests, context)
+        if inspect.isasyncgen(result):
+            async for response in result:
+                await context.write(response)
+            return
+        await result
+
     async def _stream_stream(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
                              ) -> AsyncIterator[Any]:
-        """The caller must be signed; each message it sends (Telemetry's
-        settings commands, appends on a stream) is checked before the
-        servicer sees it, and a refused one ends the stream with the refusal."""
+        """Telemetry: the caller must be signed; each settings command it
+        sends is checked before the servicer sees it, and a refused one ends
+        the stream with the refusal."""
         try:
             user = self._authenticate(context)
         except AuthFailure as failure:
@@ -187,7 +205,7 @@ class _Checked:
         async def checked() -> AsyncIterator[Any]:
             async for command in requests:
                 try:
-                    self.guard.authorize(user, self.message_requirements(command), ip)
+                    self.guard.authorize(user, telemetry_requirements(command), ip)
                 except AuthFailure as failure:
                     self._denied(failure, context)
                     refusals.append(failure)

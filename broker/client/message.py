@@ -41,6 +41,10 @@ class Message:
     message_group: str | None = None
     delivery_time: datetime | None = None
     delay: float | timedelta | None = None
+    # The RocketMQ 5 message id ("01" + 32 hex digits); None: the producer
+    # makes one. A caller that may send the same message again (a retried
+    # Spark task, spark/sink.py) names it, so the broker dedupes the repeat.
+    message_id: str | None = None
 
     @property
     def message_type(self) -> pb.MessageType:

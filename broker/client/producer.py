@@ -159,7 +159,7 @@ class Producer(BaseClient):
                  loop: asyncio.AbstractEventLoop | None = None) -> PendingSend:
         self.require_started()
         self.check(message)
-        wire = to_protocol(message, _ids.next_id(), self.config.namespace, message_type)
+        wire = to_protocol(message, message.message_id or _ids.next_id(), self.config.namespace, message_type)
         future: asyncio.Future[SendReceipt] = (loop or asyncio.get_running_loop()).create_future()
         return PendingSend(message.topic, wire, len(message.body), message.message_group, future)
 

@@ -1,5 +1,5 @@
 """PeerOnlyGuard: with mutual TLS, the peer protocol lives on the members-only
-port; on the client port a Vote, HeartBeat or Push is refused before it
+port; on the client port a Vote, HeartBeat, Push or PeerStream is refused before it
 reaches the servicer, so a client (which presents no certificate) cannot
 disturb an election or a follower's log."""
 from __future__ import annotations
@@ -13,6 +13,8 @@ from rpcgen import dledger_pb2 as pb
 _SERVICE = pb.DESCRIPTOR.services_by_name["DLedgerService"].full_name
 # LeadershipTransfer stays: operators ask for it on the client port.
 PEER_ONLY_METHODS = frozenset(f"/{_SERVICE}/{m}" for m in ("Vote", "HeartBeat", "Push"))
+# Replication's stream (pushes and heartbeats on one call per follower).
+PEER_ONLY_STREAMS = frozenset({f"/{_SERVICE}/PeerStream"})
 
 
 def _refuse(request: Any, context: grpc.aio.ServicerContext) -> Awaitable[Any]:
@@ -20,9 +22,15 @@ def _refuse(request: Any, context: grpc.aio.ServicerContext) -> Awaitable[Any]:
                          "the peer protocol is served on the members' mutual-TLS port only")
 
 
+async def _refuse_stream(requests: Any, context: grpc.aio.ServicerContext) -> None:
+    await _refuse(None, context)
+
+
 class PeerOnlyGuard(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 handler_call_details: grpc.HandlerCallDetails) -> Any:
         if handler_call_details.method in PEER_ONLY_METHODS:
             return grpc.unary_unary_rpc_method_handler(_refuse)
+        if handler_call_details.method in PEER_ONLY_STREAMS:
+            return grpc.stream_stream_rpc_method_handler(_refuse_stream)
         return await continuation(handler_call_details)

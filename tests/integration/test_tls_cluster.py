@@ -53,6 +53,12 @@ async def test_a_tls_cluster_elects_commits_and_refuses_plaintext(tmp_path: Path
                     pb.VoteRequest(header=pb.Header(group="default", remote_id="n0", local_id="intruder",
                                                     term=10_000), ledger_end_index=10**9), timeout=5)
             assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            # Nor is replication's stream: a push on it never reaches the log.
+            stream = dledger_pb2_grpc.DLedgerServiceStub(channel).PeerStream()
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stream.write(pb.PeerStreamRequest())
+                await stream.read()
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
         # Nor can a client without a certificate reach the peer port.
         async with security.channel(cluster.peer_addresses["n0"]) as channel:
             with pytest.raises(grpc.aio.AioRpcError) as refused:

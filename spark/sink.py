@@ -1,0 +1,268 @@
+"""The `dledger` sink: DataFrame rows sent as messages through the broker.
+
+    df.write.format("dledger").mode("append").option("servers", S).option("topic", T).save()
+    df.writeStream.format("dledger").option("servers", S).option("topic", T) \\
+        .option("checkpointLocation", CK).start()
+
+Columns: `body` (binary or string, required); optional `topic` (overrides the
+option), `keys` (a string or an array of strings), `tags`, `properties`
+(map<string,string>), `message_group` (FIFO), `delivery_timestamp` (a
+timestamp, or ms since the epoch as a long). Rows go through our client
+(broker/client/producer.py, batched), so they get the broker's validation,
+routing and ConsumeQueue entries, exactly as any producer's.
+
+Idempotent on retry: every row's message id is derived from the write (a
+random id made on the driver once per batch write; for a stream, the query's
+id, which its checkpoint keeps across restarts, and the micro-batch id), the
+Spark partition and the row's place in it. A retried task, or a micro-batch
+replayed after a restart, sends the same ids, and the broker answers a
+repeated id with the original receipt instead of storing it again (within
+its dedupe window, broker/config.py dedupe_window_entries).
+
+Bad rows (no body, a body over the broker's limit, an illegal topic ...)
+fail the task with a message naming the row's topic and its index in the
+partition, unless onBadRow=skip, which counts them (in the commit message
+the driver logs) and sends the rest.
+
+Options: servers (required), topic (default topic), onBadRow (fail | skip),
+batchSize (messages per send_batch, default 500), failFirstAttemptAfterRows
+(fault injection for tests: attempt 0 of each task fails once that many rows
+are sent).
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import logging
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import (ArrayType, BinaryType, LongType, MapType, StringType, StructType, TimestampType)
+
+from dledger.client import parse_servers
+from spark.options import OptionError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 500
+SINK_OPTIONS = ("servers", "topic", "onBadRow", "batchSize", "failFirstAttemptAfterRows", "path")
+# What Spark itself hands a stream sink among its options.
+SPARK_OPTIONS = ("checkpointLocation",)
+# column -> the Spark types it may have
+COLUMN_TYPES: Mapping[str, tuple[type, ...]] = {
+    "body": (BinaryType, StringType), "topic": (StringType,), "keys": (StringType, ArrayType),
+    "tags": (StringType,), "properties": (MapType,), "message_group": (StringType,),
+    "delivery_timestamp": (TimestampType, LongType),
+}
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    servers: tuple[str, ...]
+    topic: str | None
+    skip_bad_rows: bool
+    batch_size: int
+    fail_first_attempt_after: int | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], schema: StructType) -> "SinkOptions":
+        values = {key.lower(): value for key, value in options.items()}
+        known = {name.lower(): name for name in SINK_OPTIONS + SPARK_OPTIONS}
+        unknown = sorted(k for k in values if k not in known)
+        if unknown:
+            raise OptionError(f"unknown sink option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))};"
+                              f" the dledger sink takes {', '.join(SINK_OPTIONS[:-1])}")
+        if values.get("path"):
+            raise OptionError("the dledger sink writes to a running cluster: give the servers option, not a path")
+        try:
+            servers = tuple(parse_servers(values.get("servers", "")))
+        except ValueError as error:
+            raise OptionError(f"servers: {error}") from None
+        if not servers:
+            raise OptionError("the dledger sink needs the servers option (the brokers, HOST:PORT,...)")
+        _check_columns(schema)
+        topic = values.get("topic") or None
+        if topic is None and "topic" not in schema.fieldNames():
+            raise OptionError("no topic: give the topic option or a topic column")
+        bad = values.get("onbadrow", "fail").lower()
+        if bad not in ("fail", "skip"):
+            raise OptionError(f"onBadRow: expected fail or skip, got {values['onbadrow']!r}")
+        batch = int(values.get("batchsize", DEFAULT_BATCH_SIZE))
+        fail_after = values.get("failfirstattemptafterrows")
+        return cls(servers, topic, bad == "skip", max(1, batch), int(fail_after) if fail_after else None)
+
+
+def _check_columns(schema: StructType) -> None:
+    names = schema.fieldNames()
+    if "body" not in names:
+        raise OptionError(f"the dledger sink needs a body column (binary or string); the rows have "
+                          f"{', '.join(names) or 'no columns'}")
+    unknown = [n for n in names if n not in COLUMN_TYPES]
+    if unknown:
+        raise OptionError(f"the dledger sink does not know column{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(unknown)} (it takes {', '.join(COLUMN_TYPES)})")
+    for field in schema.fields:
+        if not isinstance(field.dataType, COLUMN_TYPES[field.name]):
+            raise OptionError(f"column {field.name} is {field.dataType.simpleString()}; the dledger sink takes "
+                              f"{' or '.join(t.__name__.replace('Type', '').lower() for t in COLUMN_TYPES[field.name])}")
+
+
+@dataclass(frozen=True)
+class SinkCommit(WriterCommitMessage):
+    partition: int
+    sent: int
+    skipped: int
+
+
+class BadRowError(ValueError):
+    """A row the broker (or the sink) refuses; the message names it."""
+
+
+def message_id(write_id: str, partition: int, row: int) -> str:
+    """The RocketMQ 5 id of a row: 01 + 32 hex digits from the write, partition and row."""
+    digest = hashlib.sha256(f"{write_id}/{partition}/{row}".encode()).hexdigest()[:32]
+    return "01" + digest.upper()
+
+
+class _Writer:
+    """What the batch and the stream writer share: rows -> messages -> the broker."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write_rows(self, rows: Iterable[Any], write_id: str, partition: int, attempt: int) -> SinkCommit:
+        from spark.live_log import _LoopThread
+
+        return _LoopThread.run(self._send_all(rows, write_id, partition, attempt))
+
+    async def _send_all(self, rows: Iterable[Any], write_id: str, partition: int, attempt: int) -> SinkCommit:
+        from broker.client.errors import ClientError
+        from broker.client.producer import Producer
+
+        sent = skipped = 0
+        async with Producer(self.options.servers) as producer:
+            batch: list[tuple[int, Any]] = []
+            for position, row in enumerate(rows):
+                try:
+                    message = self._message(row, write_id, partition, position)
+                    producer.check(message)
+                except (BadRowError, ClientError) as error:
+                    skipped += self._bad(row, position, partition, error)
+                    continue
+                batch.append((position, message))
+                if len(batch) >= self.options.batch_size:
+                    sent, skipped = await self._send(producer, batch, partition, sent, skipped, attempt)
+                    batch = []
+            if batch:
+                sent, skipped = await self._send(producer, batch, partition, sent, skipped, attempt)
+        return SinkCommit(partition, sent, skipped)
+
+    async def _send(self, producer: Any, batch: list[tuple[int, Any]], partition: int, sent: int, skipped: int,
+                    attempt: int) -> tuple[int, int]:
+        from broker.client.errors import ClientError
+
+        by_topic: dict[str, list[tuple[int, Any]]] = {}
+        for position, message in batch:
+            by_topic.setdefault(message.topic, []).append((position, message))
+        for topic, items in by_topic.items():
+            results = await asyncio.gather(*(producer.send_async(m) for _, m in items), return_exceptions=True)
+            for (position, message), result in zip(items, results):
+                if isinstance(result, ClientError):
+                    skipped += self._bad(message, position, partition, result, topic)
+                elif isinstance(result, BaseException):
+                    raise result
+                else:
+                    sent += 1
+                limit = self.options.fail_first_attempt_after
+                if limit is not None and attempt == 0 and sent >= limit:
+                    raise RuntimeError(f"failFirstAttemptAfterRows: attempt 0 of partition {partition} stops "
+                                       f"after {sent} rows, as asked")
+        return sent, skipped
+
+    def _bad(self, row: Any, position: int, partition: int, error: Exception, topic: str | None = None) -> int:
+        topic = topic or _get(row, "topic") or self.options.topic
+        text = f"row {position} of partition {partition} (topic {topic!r}): {error}"
+        if not self.options.skip_bad_rows:
+            raise BadRowError(f"{text} (onBadRow=skip counts and skips such rows)")
+        log.warning("skipped %s", text)
+        return 1
+
+    def _message(self, row: Any, write_id: str, partition: int, position: int) -> Any:
+        from broker.client.message import Message
+
+        body = _get(row, "body")
+        if body is None:
+            raise BadRowError("no body")
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        topic = _get(row, "topic") or self.options.topic
+        if not topic:
+            raise BadRowError("no topic (neither a topic column value nor the topic option)")
+        keys = _get(row, "keys")
+        keys = [k for k in keys.split(" ") if k] if isinstance(keys, str) else list(keys or ())
+        delivery = _get(row, "delivery_timestamp")
+        if isinstance(delivery, int):
+            delivery = datetime.datetime.fromtimestamp(delivery / 1000, datetime.timezone.utc)
+        elif isinstance(delivery, datetime.datetime) and delivery.tzinfo is None:
+            delivery = delivery.astimezone(datetime.timezone.utc)  # Spark hands back local naive times
+        return Message(topic=topic, body=bytes(body), tag=_get(row, "tags"), keys=keys,
+                       properties=dict(_get(row, "properties") or {}), message_group=_get(row, "message_group"),
+                       delivery_time=delivery, message_id=message_id(write_id, partition, position))
+
+
+def _get(row: Any, name: str) -> Any:
+    try:
+        return row[name]
+    except (KeyError, ValueError, IndexError):
+        return None
+
+
+def _task() -> tuple[int, int]:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return (context.partitionId(), context.attemptNumber()) if context else (0, 0)
+
+
+class DLedgerBatchWriter(DataSourceWriter):
+    def __init__(self, options: SinkOptions) -> None:
+        self.writer = _Writer(options)
+        self.write_id = uuid.uuid4().hex  # made once, on the driver: every task attempt of this write shares it
+
+    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+        partition, attempt = _task()
+        return self.writer.write_rows(iterator, self.write_id, partition, attempt)
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        _log_totals(messages)
+
+
+class DLedgerStreamWriter(DataSourceStreamWriter):
+    def __init__(self, options: SinkOptions) -> None:
+        self.writer = _Writer(options)
+
+    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        # The query's id survives restarts (its checkpoint keeps it), and a
+        # replayed micro-batch keeps its id: the same rows get the same ids.
+        query = context.getLocalProperty("sql.streaming.queryId") if context else None
+        batch = context.getLocalProperty("streaming.sql.batchId") if context else None
+        if not query or batch is None:
+            raise RuntimeError("the dledger stream sink needs Spark's streaming query and batch ids")
+        partition, attempt = _task()
+        return self.writer.write_rows(iterator, f"{query}/{batch}", partition, attempt)
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        _log_totals(messages)
+
+
+def _log_totals(messages: Sequence[WriterCommitMessage | None]) -> None:
+    commits = [m for m in messages if isinstance(m, SinkCommit)]
+    skipped = sum(m.skipped for m in commits)
+    log.info("dledger sink: %d messages sent, %d bad rows skipped", sum(m.sent for m in commits), skipped)

@@ -1,0 +1,146 @@
+"""Live mode against three real node processes, across faults: planning rides
+out an election (the leader SIGKILLed just before), a range read from
+followers or from the leader returns exactly the pinned committed range when
+the leader is killed midway, and a follower behind the pinned index is never
+read past what it holds. The data source's planning and reading functions
+run here as Spark calls them, without a SparkSession."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cluster.process_cluster import ProcessCluster, find_leader
+from dledger.client import DLedgerClient
+from dledger.errors import DLedgerError, ResponseCode
+from spark.live_log import PLANNING_TIMEOUT_S, committed_bounds, group_view, live_entries
+from spark.partitions import LiveRange, plan_live_ranges
+from tests.spark.helpers import run
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
+NODE_ARGS = ["--data-file-size", str(4 << 20), "--max-entry-size", str(64 << 10), "--index-file-size", str(64 << 10), "--preallocate", "false"]
+
+
+@pytest.fixture()
+def cluster(tmp_path):
+    c = ProcessCluster(tmp_path, extra_args=NODE_ARGS)
+    c.start()
+    run(leader_of(c))  # the nodes are up and have elected
+    yield c
+    c.stop_all()
+
+
+def addresses(cluster: ProcessCluster) -> tuple[str, ...]:
+    return tuple(cluster.addresses.values())
+
+
+async def append(servers: tuple[str, ...], count: int, tag: str) -> dict[int, bytes]:
+    async with DLedgerClient(list(servers)) as client:
+        sent: dict[int, bytes] = {}
+        for start in range(0, count, 100):
+            bodies = [b"%s-%d-" % (tag.encode(), i) + bytes(200) for i in range(start, min(count, start + 100))]
+            result = await client.append(bodies)
+            sent.update(zip(range(result.last_index - len(bodies) + 1, result.last_index + 1), bodies))
+        return sent
+
+
+async def leader_of(cluster: ProcessCluster) -> str:
+    async with DLedgerClient(list(addresses(cluster))) as client:
+        return await find_leader(client, list(addresses(cluster)), timeout=60.0)  # a loaded machine
+
+
+async def wait_followers_committed(cluster: ProcessCluster, index: int, timeout: float = 15.0) -> None:
+    async with DLedgerClient(list(addresses(cluster))) as client:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            answers = [await client.metadata(a) for a in addresses(cluster)]
+            if all(a is not None and a.committed_index >= index for a in answers):
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"followers did not learn commit {index}")
+
+
+def read_range(part: LiveRange, kill_after_first_chunk=None) -> dict[int, bytes]:  # noqa: ANN001
+    got: dict[int, bytes] = {}
+    entries = live_entries(part)
+    for n, (index, _, _, _, body) in enumerate(entries):
+        assert index not in got
+        got[index] = bytes(body)
+        if n == 10 and kill_after_first_chunk is not None:
+            kill_after_first_chunk()
+    return got
+
+
+def test_planning_rides_out_an_election(cluster):
+    servers = addresses(cluster)
+    sent = run(append(servers, 300, "before"))
+    last = max(sent)
+    run(wait_followers_committed(cluster, last))
+    leader = run(leader_of(cluster))
+    cluster.kill(leader)
+    started = time.monotonic()
+    begin, committed = committed_bounds(servers, "default")  # one Metadata probe to the dead leader used to fail
+    assert time.monotonic() - started < PLANNING_TIMEOUT_S
+    assert begin == 0 and committed >= last
+    view = group_view(servers, "default")
+    assert cluster.addresses[leader] not in (view.leader, *view.followers)
+
+
+def test_a_range_read_survives_a_leader_kill_from_followers_and_from_the_leader(cluster):
+    servers = addresses(cluster)
+    sent = run(append(servers, 3000, "range"))
+    begin, committed = committed_bounds(servers, "default")
+    view = group_view(servers, "default")
+    assert len(view.followers) == 2 and view.leader is not None
+    [from_replicas] = plan_live_ranges(servers, "default", begin, committed, 10**6, view.followers)
+    [from_leader] = plan_live_ranges(servers, "default", begin, committed, 10**6, ())
+    assert from_replicas.replicas == view.followers and from_leader.replicas == ()
+    expected = {index: body for index, body in sent.items() if index <= committed}
+    leader = next(n for n, a in cluster.addresses.items() if a == view.leader)
+    assert read_range(from_leader, lambda: cluster.kill(leader)) == expected
+    # The followers served the second read; one of them leads now.
+    assert read_range(from_replicas) == expected
+    new_leader = run(leader_of(cluster))
+    cluster.kill(new_leader)  # now a follower that was being read dies midway: the other node takes over
+    survivor_first = LiveRange(servers, "default", begin, committed,
+                               (cluster.addresses[new_leader], *[a for a in view.followers
+                                                                  if a != cluster.addresses[new_leader]]))
+    cluster.start(leader)  # two of three again, so that a leader can be elected for the last resort
+    assert read_range(survivor_first) == expected
+
+
+def test_a_follower_behind_the_pinned_index_is_never_read_past_what_it_holds(cluster):
+    servers = addresses(cluster)
+    run(append(servers, 200, "early"))
+    leader = run(leader_of(cluster))
+    lagging = next(n for n in cluster.ids if n != leader)
+    cluster.pause(lagging)  # SIGSTOP: it stays behind while the others commit more
+    try:
+        sent = run(append(servers, 1500, "late"))
+        begin, committed = committed_bounds(servers, "default")
+    finally:
+        cluster.resume(lagging)
+
+    async def direct_read() -> list[int]:
+        async with DLedgerClient([cluster.addresses[lagging]]) as client:
+            return [e.index async for e in client.read(begin, committed, from_address=cluster.addresses[lagging])]
+    # Straight after SIGCONT the follower has not learnt the new commits: it
+    # refuses the range rather than serve entries it has not committed.
+    with pytest.raises(DLedgerError) as refused:
+        run(direct_read())
+    assert refused.value.code == ResponseCode.INDEX_OUT_OF_RANGE
+    part = LiveRange(servers, "default", begin, committed, (cluster.addresses[lagging],))
+    got = read_range(part)
+    assert min(got) >= begin and max(got) <= committed
+    assert {i: b for i, b in got.items() if i in sent} == {i: b for i, b in sent.items() if i <= committed}
+
+
+def test_max_bytes_per_second_throttles_a_partition(cluster):
+    servers = addresses(cluster)
+    sent = run(append(servers, 200, "slow"))
+    first, last = min(sent), max(sent)
+    run(wait_followers_committed(cluster, last))
+    total = sum(len(b) for b in sent.values())
+    started = time.monotonic()
+    got = read_range(LiveRange(servers, "default", first, last, (), max_bytes_per_second=total // 2))
+    assert got == sent and time.monotonic() - started >= 1.8  # two seconds' worth at that rate
