@@ -224,6 +224,7 @@ class DLedgerClient:
         self._queued_bytes = 0
         self._queued_entries = 0
         self._append_streams: dict[Stub, RequestStream[pb.AppendStreamRequest, pb.AppendStreamResponse]] = {}
+        self._unary_append_stubs: set[Stub] = set()   # servers of an earlier version, without AppendStream
         self.deadline_s = deadline_s
         self.probe_timeout_s = probe_timeout_s
         # Longer than the server's max_wait_ack_s (2.5 s), so that a slow
@@ -366,11 +367,17 @@ class DLedgerClient:
                 append.retry_age_ms = max(1, int((time.monotonic() - first_sent[0]) * 1000))
             else:
                 first_sent.append(time.monotonic())
-            try:
-                return await self._append_stream(stub).request(request, self.append_timeout_s)
-            except StreamFailure as failure:
-                code = ResponseCode.TIMEOUT if failure.timed_out else ResponseCode.NETWORK_ERROR
-                raise DLedgerError(code, f"append stream: {failure}") from None
+            if stub not in self._unary_append_stubs:
+                try:
+                    return await self._append_stream(stub).request(request, self.append_timeout_s)
+                except StreamFailure as failure:
+                    if failure.code != grpc.StatusCode.UNIMPLEMENTED:
+                        code = ResponseCode.TIMEOUT if failure.timed_out else ResponseCode.NETWORK_ERROR
+                        raise DLedgerError(code, f"append stream: {failure}") from None
+                    # A server of an earlier version: unary Append from now on.
+                    self._unary_append_stubs.add(stub)
+            answer = await stub.Append(append, metadata=self._signed(), timeout=self.append_timeout_s)
+            return _as_stream_response(answer, [len(bodies) for bodies in callers])
 
         response = await self._on_leader(call, IDEMPOTENT_APPEND_RETRY if self.producer_id else APPEND_RETRY)
         if len(response.outcomes) != len(callers):
@@ -766,3 +773,20 @@ class DLedgerClient:
 def _log_retry(state: RetryCallState) -> None:
     failure = state.outcome.exception() if state.outcome else None
     log.debug("retry %d after %s", state.attempt_number, failure)
+
+
+def _as_stream_response(answer: pb.AppendResponse, counts: list[int]) -> pb.AppendStreamResponse:
+    """A unary Append's answer (a server without AppendStream) in the stream's
+    shape: the callers' bodies were appended together, so each caller's
+    indexes follow from the counts, and a refusal is every caller's."""
+    response = pb.AppendStreamResponse(first_index=answer.first_index, last_index=answer.last_index,
+                                       positions=answer.positions)
+    response.header.CopyFrom(answer.header)
+    first = answer.first_index
+    for count in counts:
+        if answer.header.code == ResponseCode.SUCCESS:
+            response.outcomes.add(code=ResponseCode.SUCCESS, first_index=first, last_index=first + count - 1)
+        else:
+            response.outcomes.add(code=answer.header.code, message=answer.header.message)
+        first += count
+    return response

@@ -29,6 +29,11 @@ CHANNEL_OPTIONS = channel_options(MAX_MESSAGE_BYTES, max_reconnect_backoff_ms=50
 # new address would stay unreachable that long. A new channel resolves anew.
 RENEW_FAILING_CHANNEL_AFTER_S = 5.0
 RETIRED_CHANNEL_GRACE_S = 2.0
+# A peer of an earlier version has no PeerStream (UNIMPLEMENTED): it gets
+# unary Push and HeartBeat calls, and the stream is tried again after this
+# long (it may have been upgraded meanwhile). A rolling upgrade thus mixes
+# versions without a stop.
+UNARY_FALLBACK_S = 30.0
 
 
 class GrpcTransport:
@@ -45,6 +50,7 @@ class GrpcTransport:
         self._stubs: dict[str, dledger_pb2_grpc.DLedgerServiceStub] = {}
         self._failing_since: dict[str, float] = {}
         self._streams: dict[str, RequestStream[pb.PeerStreamRequest, pb.PeerStreamResponse]] = {}
+        self._unary_until: dict[str, float] = {}   # peers without PeerStream, until when
         self._closing: set[asyncio.Task[None]] = set()
         for peer_id in self._addresses:
             self._open(peer_id)
@@ -80,7 +86,10 @@ class GrpcTransport:
         try:
             response = await stream.request(request, timeout)
         except StreamFailure as failure:
-            self._note_failure(peer_id)
+            if failure.code == grpc.StatusCode.UNIMPLEMENTED:
+                self._unary_until[peer_id] = time.monotonic() + UNARY_FALLBACK_S
+            else:
+                self._note_failure(peer_id)
             raise TransportError(str(failure)) from None
         self._failing_since.pop(peer_id, None)
         return response
@@ -111,12 +120,23 @@ class GrpcTransport:
         return await self._call(peer_id, "Vote", request, timeout)
 
     async def heartbeat(self, peer_id: str, request: pb.HeartBeatRequest, timeout: float) -> pb.HeartBeatResponse:
+        if self._unary_only(peer_id):
+            return await self._call(peer_id, "HeartBeat", request, timeout)
         response = await self._stream_request(peer_id, pb.PeerStreamRequest(heartbeat=request), timeout)
         return self._body(response, "heartbeat")
 
     async def push(self, peer_id: str, request: pb.PushEntryRequest, timeout: float) -> pb.PushEntryResponse:
+        if self._unary_only(peer_id):
+            return await self._call(peer_id, "Push", request, timeout)
         response = await self._stream_request(peer_id, pb.PeerStreamRequest(push=request), timeout)
         return self._body(response, "push")
+
+    def _unary_only(self, peer_id: str) -> bool:
+        until = self._unary_until.get(peer_id)
+        if until is not None and time.monotonic() >= until:
+            del self._unary_until[peer_id]
+            return False
+        return until is not None
 
     @staticmethod
     def _body(response: pb.PeerStreamResponse, kind: str):  # noqa: ANN205 - the answer of that kind

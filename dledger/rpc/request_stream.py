@@ -27,9 +27,10 @@ Resp = TypeVar("Resp")
 class StreamFailure(Exception):
     """The request's answer will not come on this stream (see `timed_out`)."""
 
-    def __init__(self, why: str, timed_out: bool = False) -> None:
+    def __init__(self, why: str, timed_out: bool = False, code: grpc.StatusCode | None = None) -> None:
         super().__init__(why)
         self.timed_out = timed_out
+        self.code = code   # the status that ended the call, when it ended with one
 
 
 class RequestStream(Generic[Req, Resp]):
@@ -72,7 +73,7 @@ class RequestStream(Generic[Req, Resp]):
             try:
                 await self._call.write(message)
             except grpc.aio.AioRpcError as e:
-                self.close(f"{e.code().name}: {e.details()}")
+                self.close(f"{e.code().name}: {e.details()}", code=e.code())
             except (asyncio.InvalidStateError, grpc.aio.BaseError) as e:
                 self.close(f"the stream has ended ({type(e).__name__})")
             except asyncio.CancelledError:
@@ -85,7 +86,7 @@ class RequestStream(Generic[Req, Resp]):
             self.close(f"no answer within {timeout:.2f}s", timed_out=True)
 
     async def _read(self) -> None:
-        why = "the peer ended the stream"
+        why, code = "the peer ended the stream", None
         try:
             while True:
                 response = await self._call.read()
@@ -95,20 +96,20 @@ class RequestStream(Generic[Req, Resp]):
                 if future is not None and not future.done():
                     future.set_result(response)
         except grpc.aio.AioRpcError as e:
-            why = f"{e.code().name}: {e.details()}"
+            why, code = f"{e.code().name}: {e.details()}", e.code()
         except grpc.aio.BaseError as e:
             # A read on a call that broke under it (its channel closed, say)
             # fails with gRPC's own error rather than a status.
             why = f"the stream broke: {e}"
         except asyncio.CancelledError:
             why = "the stream was closed"
-        self.close(why)
+        self.close(why, code=code)
 
-    def close(self, why: str, timed_out: bool = False) -> None:
+    def close(self, why: str, timed_out: bool = False, code: grpc.StatusCode | None = None) -> None:
         """Give the stream up: every request waiting on it fails with `why`."""
         if self.broken is not None:
             return
-        self.broken = StreamFailure(why, timed_out)
+        self.broken = StreamFailure(why, timed_out, code)
         self._call.cancel()
         if self._reader is not asyncio.current_task():
             self._reader.cancel()
@@ -122,4 +123,4 @@ class RequestStream(Generic[Req, Resp]):
         """A fresh exception for each caller (one instance raised in many
         tasks would pile up their tracebacks)."""
         assert self.broken is not None
-        return StreamFailure(str(self.broken), self.broken.timed_out)
+        return StreamFailure(str(self.broken), self.broken.timed_out, self.broken.code)

@@ -69,3 +69,40 @@ async def test_without_coalescing_each_call_is_its_own_message(tmp_path):
             assert all(r.last_index == r.first_index + 1 and len(r.positions) == 2 for r in results)
     finally:
         await stop_cluster(nodes)
+
+
+async def test_a_server_of_an_earlier_version_without_append_stream_gets_unary_appends(tmp_path):
+    """A rolling upgrade: the client meets a leader that answers AppendStream
+    with UNIMPLEMENTED, and appends by unary calls instead, each caller still
+    with its own indexes."""
+    import os
+
+    import grpc
+
+    from dledger.rpc.service import DLedgerServicer
+    from rpcgen import dledger_pb2_grpc
+
+    class EarlierVersion(DLedgerServicer):
+        async def AppendStream(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+
+    nodes = await start_cluster(tmp_path)
+    try:
+        await wait_for(lambda: leader_of(nodes) is not None)
+        for node in nodes.values():
+            await node.unserve()
+            node.grpc_server = grpc.aio.server()
+            dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(EarlierVersion(node.server, os.getpid(), ""),
+                                                                  node.grpc_server)
+            node.grpc_server.add_insecure_port(node.address)
+            await node.grpc_server.start()
+        async with DLedgerClient([node.address for node in nodes.values()]) as client:
+            await client.leader()
+            bodies = [f"caller {i}".encode() for i in range(20)]
+            results = await asyncio.gather(*(client.append([body]) for body in bodies))
+            assert client._unary_append_stubs
+            for body, result in zip(bodies, results):
+                assert result.first_index == result.last_index
+                assert (await client.get(result.first_index)).body == body
+    finally:
+        await stop_cluster(nodes)

@@ -95,3 +95,37 @@ async def test_a_channel_closed_under_a_waiting_push_fails_it_at_once(tmp_path):
         assert loop.time() - started < 1.0 and stream.broken is not None
     finally:
         await stop_cluster(nodes)
+
+
+async def test_a_follower_of_an_earlier_version_without_peer_stream_is_replicated_by_unary_calls(tmp_path):
+    """A rolling upgrade mixes versions: a node whose server has no PeerStream
+    (it answers UNIMPLEMENTED) is sent unary Push and HeartBeat calls, and
+    catches up like the others."""
+    import os
+
+    import grpc
+
+    from dledger.rpc.service import DLedgerServicer
+    from rpcgen import dledger_pb2_grpc
+
+    class EarlierVersion(DLedgerServicer):
+        async def PeerStream(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+
+    nodes = await start_cluster(tmp_path)
+    try:
+        await wait_for(lambda: leader_of(nodes) is not None)
+        old_id = next(n for n in nodes if n != leader_of(nodes))
+        old = nodes[old_id]
+        await old.unserve()
+        old.grpc_server = grpc.aio.server()
+        dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(EarlierVersion(old.server, os.getpid(), ""),
+                                                              old.grpc_server)
+        old.grpc_server.add_insecure_port(old.address)
+        await old.grpc_server.start()
+        leader = nodes[leader_of(nodes)]
+        last = await append(leader, 20)
+        await wait_for(lambda: holds(old, last), timeout=15)
+        assert old_id in leader.transport._unary_until
+    finally:
+        await stop_cluster(nodes)
