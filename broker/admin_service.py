@@ -36,6 +36,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, broker: Broker) -> None:
         self.admin = Admin(broker.store, broker.topics, broker.config.default_queue_nums)
         self.forwarder = broker.forwarder
+        self.broker = broker
 
     async def _unary(self, method: str, request: Any, context: grpc.aio.ServicerContext,
                      response_type: type[Response], handler: Handler) -> Response:
@@ -112,6 +113,17 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             return apb.ListGroupsResponse(status=ok(), groups=[_group_info(g) for g in self.admin.list_groups()])
         return await self._unary("ListGroups", request, context, apb.ListGroupsResponse, list_groups)
 
+    # ---------------------------------------------------------- broker groups
+    async def ListBrokerGroups(self, request: apb.ListBrokerGroupsRequest, context: grpc.aio.ServicerContext
+                               ) -> apb.ListBrokerGroupsResponse:
+        """Served by any node (nothing here is in the log): the name servers'
+        groups, or this node's own group when it has none (or none answers)."""
+        try:
+            return apb.ListBrokerGroupsResponse(status=ok(), self_group=self.broker.config.broker_name,
+                                                groups=await broker_groups(self.broker))
+        except Exception as error:  # noqa: BLE001 - the one place errors become statuses
+            return apb.ListBrokerGroupsResponse(status=status_of(error))
+
     # -------------------------------------------------------------------- lag
     async def DescribeLag(self, request: apb.DescribeLagRequest, context: grpc.aio.ServicerContext
                           ) -> apb.DescribeLagResponse:
@@ -120,6 +132,22 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             return apb.DescribeLagResponse(status=ok(), queues=[_queue_lag(q) for q in lags],
                                            total_lag=sum(q.lag for q in lags))
         return await self._unary("DescribeLag", request, context, apb.DescribeLagResponse, describe)
+
+
+async def broker_groups(broker: Broker) -> list[apb.BrokerGroup]:
+    config = broker.config
+    info = await broker.names.cluster_info() if broker.names is not None else None
+    if info is not None and any(g.broker_name == config.broker_name for g in info.groups):
+        return [apb.BrokerGroup(name=g.broker_name, leader_id=g.leader_id,
+                                addresses=[n.address for n in sorted(g.nodes, key=lambda n: n.broker_id)])
+                for g in info.groups]
+    # Without name servers (or before this group registered): this group alone.
+    own = apb.BrokerGroup(name=config.broker_name, leader_id=broker.server.member_state.leader_id or "",
+                          addresses=list(config.endpoints))
+    others = [apb.BrokerGroup(name=g.broker_name, leader_id=g.leader_id,
+                              addresses=[n.address for n in sorted(g.nodes, key=lambda n: n.broker_id)])
+              for g in (info.groups if info is not None else ())]
+    return sorted([own, *others], key=lambda g: g.name)
 
 
 def _type_name(message_type: int) -> str | None:

@@ -8,11 +8,14 @@ import logging
 from broker import validation
 from broker.auth.metadata import AuthMetadataManager
 from broker.clients import ClientRegistry
+from broker.cluster_routes import ClusterRoutes
 from broker.config import BrokerConfig
 from broker.consumer import ConsumerService
 from broker.errors import BrokerError
 from broker.forwarding import LeaderForwarder
 from broker.leadership import LeaderGate
+from broker.namesrv_client import NameServerClient
+from broker.registration import BrokerRegistrar, Observer
 from broker.send import SendService
 from broker.timer.service import TimerService
 from broker.topics import TopicService
@@ -29,7 +32,7 @@ log = logging.getLogger(__name__)
 
 class Broker:
     def __init__(self, config: BrokerConfig, store: MessageStore, server: DLedgerServer,
-                 tls: TlsMaterial = PLAINTEXT) -> None:
+                 tls: TlsMaterial = PLAINTEXT, registration_observer: Observer | None = None) -> None:
         self.config = config
         self.store = store
         self.server = server
@@ -47,23 +50,38 @@ class Broker:
         self.auth_metadata = AuthMetadataManager(store.config.config_dir)
         store.add_manager(self.auth_metadata)
         self._tasks: list[asyncio.Task[None]] = []
+        # Broker groups (broker/registration.py, broker/cluster_routes.py):
+        # only with name servers; a single group needs none.
+        self.names: NameServerClient | None = None
+        self.registrar: BrokerRegistrar | None = None
+        self.cluster_routes: ClusterRoutes | None = None
+        if config.namesrv_addrs:
+            self.names = NameServerClient(config.namesrv_addrs, config.namesrv_timeout_s)
+            self.registrar = BrokerRegistrar(config, gate, self.names, registration_observer)
+            self.cluster_routes = ClusterRoutes(config, self.topics, self.names)
 
     async def start(self) -> None:
         # On every node; each acts only while its node leads (broker/leadership.py).
         self._tasks = [start_task(self.timers.run(), "TimerDeliverer"),
                        start_task(self.transactions.run(), "TransactionChecker"),
                        start_task(self.sender.rebuild_recent(), "MessageIdRebuild")]
+        if self.registrar is not None:
+            self._tasks.append(start_task(self.registrar.run(), "BrokerRegistrar"))
         for task in self._tasks:
             task.add_done_callback(_report_death)
         await self.consumer.start()
         log.info("broker %s serving, endpoints %s", self.config.broker_name, ",".join(self.config.endpoints))
 
     async def stop(self) -> None:
+        if self.registrar is not None:
+            await self.registrar.unregister()
         await self.consumer.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.forwarder.close()
+        if self.names is not None:
+            await self.names.close()
 
     async def ensure_group(self, group: str) -> SubscriptionGroupConfig:
         """The group's config, created with RocketMQ's defaults when missing

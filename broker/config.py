@@ -39,6 +39,18 @@ class BrokerConfig:
     # the same one.
     dedupe_window_entries: int = 200_000
 
+    # ------------------------------------------- broker groups and name servers
+    # Name servers (host:port) this group registers with; empty: a single
+    # group, which needs none (routes list this group only).
+    namesrv_addrs: tuple[str, ...] = ()
+    # RocketMQ's brokerClusterName: groups of one cluster register under it.
+    cluster_name: str = "DefaultCluster"
+    # The leader registers the group this often (RocketMQ: every 30 s), and at
+    # once on becoming leader and on each change of topics or members.
+    register_interval_s: float = 30.0
+    # One call to a name server.
+    namesrv_timeout_s: float = 3.0
+
     # ------------------------------------------------- delayed and timed messages
     # The furthest a delivery timestamp may lie ahead (ProxyConfig.maxDelayTimeMills, 1 day).
     max_delay_s: float = 86400.0

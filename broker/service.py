@@ -129,9 +129,13 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         if not request.endpoints.addresses:
             raise BrokerError(pb.ILLEGAL_ACCESS_POINT, "the request names no endpoints (the access point used)")
         topics = self.broker.topics
-        if topics.get(topic) is None and self.broker.config.auto_create_topic:
-            if not self.forwarder.is_leader():
-                return await self.forwarder.unary("QueryRoute", request, context)  # type: ignore[no-any-return]
+        create = topics.get(topic) is None and self.broker.config.auto_create_topic
+        if create and not self.forwarder.is_leader():
+            return await self.forwarder.unary("QueryRoute", request, context)  # type: ignore[no-any-return]
+        if self.broker.cluster_routes is not None:
+            return spb.QueryRouteResponse(status=ok(),
+                                          message_queues=await self.broker.cluster_routes.route(topic, create))
+        if create:
             await topics.ensure_for_send(topic)
         return spb.QueryRouteResponse(status=ok(), message_queues=topics.route(topic))
 
@@ -146,8 +150,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         validation.validate_consumer_group(request.group.name)
         # Pop consumption balances by message, not by queue: every consumer of
         # the group may read every readable queue.
-        queues = [q for q in self.broker.topics.route(request.topic.name)
-                  if q.permission in (pb.READ, pb.READ_WRITE)]
+        routes = self.broker.cluster_routes
+        route = (await routes.route(request.topic.name, create=False) if routes is not None
+                 else self.broker.topics.route(request.topic.name))
+        queues = [q for q in route if q.permission in (pb.READ, pb.READ_WRITE)]
         return spb.QueryAssignmentResponse(status=ok(), assignments=[pb.Assignment(message_queue=q) for q in queues])
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: grpc.aio.ServicerContext

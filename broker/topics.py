@@ -86,16 +86,8 @@ class TopicService:
 
     def queues_of(self, config: TopicConfig) -> list[pb.MessageQueue]:
         broker = pb.Broker(name=self.config.broker_name, id=0, endpoints=self._endpoints)
-        accepted = ACCEPTED_TYPES.get(config.message_type, ACCEPTED_TYPES["MIXED"])
-        queues = []
-        for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
-            readable = queue_id < config.read_queue_nums and config.perm & PERM_READ
-            writable = queue_id < config.write_queue_nums and config.perm & PERM_WRITE
-            permission = (pb.READ_WRITE if readable and writable else pb.READ if readable
-                          else pb.WRITE if writable else pb.NONE)
-            queues.append(pb.MessageQueue(topic=pb.Resource(name=config.topic_name), id=queue_id,
-                                          permission=permission, broker=broker, accept_message_types=accepted))
-        return queues
+        return message_queues(config.topic_name, config.read_queue_nums, config.write_queue_nums, config.perm,
+                              config.message_type, broker)
 
     def check_type(self, config: TopicConfig, message_type: int) -> None:
         accepted = ACCEPTED_TYPES.get(config.message_type, ACCEPTED_TYPES["MIXED"])
@@ -103,6 +95,21 @@ class TopicService:
             raise BrokerError(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                               f"topic {config.topic_name!r} takes {config.message_type} messages, not "
                               f"{TYPE_NAMES.get(message_type, message_type)}")
+
+
+def message_queues(topic: str, read_queue_nums: int, write_queue_nums: int, perm: int, message_type: str,
+                   broker: pb.Broker) -> list[pb.MessageQueue]:
+    """A topic's queues in one broker group, as a route lists them."""
+    accepted = ACCEPTED_TYPES.get(message_type, ACCEPTED_TYPES["MIXED"])
+    queues = []
+    for queue_id in range(max(read_queue_nums, write_queue_nums)):
+        readable = queue_id < read_queue_nums and perm & PERM_READ
+        writable = queue_id < write_queue_nums and perm & PERM_WRITE
+        permission = (pb.READ_WRITE if readable and writable else pb.READ if readable
+                      else pb.WRITE if writable else pb.NONE)
+        queues.append(pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id, permission=permission,
+                                      broker=broker, accept_message_types=accepted))
+    return queues
 
 
 def route_endpoints(addresses: tuple[str, ...]) -> pb.Endpoints:

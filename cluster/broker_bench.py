@@ -86,13 +86,21 @@ class ConsumeBenchResult:
 
 
 async def ensure_topic(servers: list[str] | str, topic: str) -> None:
-    """A NORMAL topic for the bench (an existing one of any shape is used as it is)."""
-    async with AdminClient(servers) as admin:
-        try:
-            await admin.create_topic(topic, message_type="normal")
-        except ClientError as error:
-            if "exists" not in error.message:
-                raise
+    """A NORMAL topic for the bench (an existing one of any shape is used as
+    it is), in every broker group the servers lead to."""
+    from cluster.groups_cli import find_groups, wait_routed
+
+    listed = [servers] if isinstance(servers, str) else list(servers)
+    groups = await find_groups([a for item in listed for a in item.split(",") if a])
+    for addresses in [g.addresses for g in groups] if len(groups) > 1 else [servers]:
+        async with AdminClient(addresses) as admin:
+            try:
+                await admin.create_topic(topic, message_type="normal")
+            except ClientError as error:
+                if "exists" not in error.message:
+                    raise
+    if len(groups) > 1:
+        await wait_routed(groups, topic)
 
 
 # --------------------------------------------------------------------- send

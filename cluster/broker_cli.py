@@ -3,9 +3,11 @@
 Tools depend on these forms and on the JSON they print (issue 4):
 
     dledger topic create --servers ... --topic T [--queues N] [--type normal|fifo|delay|transaction|mixed]
+                         [--groups g0,g1]
     dledger topic update --servers ... --topic T [--queues N] [--type ...] [--permission read|write|read_write]
     dledger topic delete --servers ... --topic T
     dledger topic list   --servers ... [--all] --json
+    dledger topic describe --servers ... --topic T --json
     dledger group create --servers ... --group G [--max-retries N] [--fifo]
     dledger group update --servers ... --group G [--max-retries N] [--fifo true|false]
     dledger group list   --servers ... --json
@@ -23,7 +25,11 @@ queue_offset (and transaction_id, recall_handle when the broker gave one).
 body_base64, tag, keys, queue_id, queue_offset, delivery_attempt (and
 message_group, properties), acknowledging each once printed.
 
-In `send`, `--group` is the message group (FIFO); in `consume` and `group`,
+With several broker groups (behind name servers), `topic create` makes N
+queues in every group (or in each of --groups) and its JSON, like each topic
+of `topic list`, adds "groups": [{"group", "queues", "messages", "offsets"
+(, "created")}, ...] with "queues" and "messages" summed; one group's output
+is unchanged. In `send`, `--group` is the message group (FIFO); in `consume` and `group`,
 the consumer group. Exit codes: 0 success, 1 a failure (message on stderr),
 2 a usage error.
 """
@@ -39,8 +45,8 @@ from typing import Any, Awaitable, Callable
 from broker.client import (AdminClient, ClientError, Message, NotFoundError, OffsetPolicy, Producer, PullConsumer,
                            ReceivedMessage, SendReceipt, SimpleConsumer)
 from broker.client.admin import MESSAGE_TYPES
-from cluster import ops_cli
-from cluster.cli_args import non_negative_int, positive_int, servers_arg
+from cluster import groups_cli, ops_cli
+from cluster.cli_args import non_negative_int, positive_float, positive_int, servers_arg
 from cluster.security_cli import add_client_security_arguments
 
 # Messages per send call for `send --count` (the producer batches them).
@@ -99,11 +105,31 @@ def _reports_errors(name: str, command: Callable[[argparse.Namespace], Awaitable
 # ------------------------------------------------------------------- topics
 
 async def cmd_topic_create(args: argparse.Namespace) -> int:
+    groups = await groups_cli.find_groups(args.servers)
+    if len(groups) > 1 or args.groups:
+        return await _topic_create_in_groups(args, groups)
     async with AdminClient(args.servers) as admin:
         topic, created = await admin.create_topic(args.topic, args.queues or 0, args.type, args.permission)
     line = {**topic.to_json(), "created": created}
     print(dumps(line) if args.json else
           f"topic {topic.topic} {'created' if created else 'exists'}: {topic.queues} queues, {topic.message_type}")
+    return 0
+
+
+async def _topic_create_in_groups(args: argparse.Namespace, groups: list[groups_cli.Group]) -> int:
+    """Several broker groups: the topic gets --queues queues in each group
+    (or in each of --groups)."""
+    results = await groups_cli.create_topic(groups, args.topic, args.queues or 0, args.type, args.permission,
+                                            args.groups)
+    merged = groups_cli.merged_topic_json(args.topic, [(g, t) for g, t, _ in results])
+    created = {g: c for g, _, c in results}
+    for group in merged["groups"]:
+        group["created"] = created[group["group"]]
+    line = {**merged, "created": any(created.values())}
+    print(dumps(line) if args.json else
+          f"topic {args.topic}: {merged['queues']} queues in "
+          + ", ".join(f"{g['group']} ({g['queues']}, {'created' if g['created'] else 'exists'})"
+                      for g in merged["groups"]))
     return 0
 
 
@@ -123,6 +149,16 @@ async def cmd_topic_delete(args: argparse.Namespace) -> int:
 
 
 async def cmd_topic_list(args: argparse.Namespace) -> int:
+    groups = await groups_cli.find_groups(args.servers)
+    if len(groups) > 1:
+        topics = groups_cli.by_topic(await groups_cli.list_topics(groups, args.all))
+        merged = [groups_cli.merged_topic_json(name, per_group) for name, per_group in topics.items()]
+        if args.json:
+            print(dumps({"topics": merged}))
+        for t in [] if args.json else merged:
+            print(f"{t['topic']}  queues={t['queues']} type={t['type']} permission={t['permission']} "
+                  f"messages={t['messages']} groups=" + ",".join(f"{g['group']}:{g['queues']}" for g in t["groups"]))
+        return 0
     async with AdminClient(args.servers) as admin:
         topics = await admin.list_topics(include_system=args.all)
     if args.json:
@@ -131,6 +167,24 @@ async def cmd_topic_list(args: argparse.Namespace) -> int:
         for t in topics:
             print(f"{t.topic}  queues={t.queues} type={t.message_type} permission={t.permission} "
                   f"messages={t.messages}")
+    return 0
+
+
+async def cmd_topic_describe(args: argparse.Namespace) -> int:
+    """Where each queue of a topic lives: group, queue id, offsets."""
+    groups = await groups_cli.find_groups(args.servers)
+    listed = await groups_cli.list_topics(groups, include_system=True)
+    per_group = [(g, t) for g, t in listed if t.topic == args.topic]
+    if not per_group:
+        return fail("topic describe", f"no broker group holds topic {args.topic!r}")
+    merged = groups_cli.merged_topic_json(args.topic, per_group)
+    if args.json:
+        print(dumps(merged))
+        return 0
+    print(f"topic {args.topic}: {merged['queues']} queues, {merged['type']}, {merged['permission']}")
+    for group in merged["groups"]:
+        for q in group["offsets"]:
+            print(f"  {group['group']}/{q['queue_id']}  min={q['min_offset']} max={q['max_offset']}")
     return 0
 
 
@@ -282,6 +336,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _names_arg(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected NAME[,NAME...], got {text!r}")
+    return names
+
+
 def bool_arg(text: str) -> bool:
     lowered = text.lower()
     if lowered in ("true", "yes", "1", "on"):
@@ -342,6 +403,8 @@ def _add_topic_commands(commands: Any) -> None:
     create.add_argument("--queues", type=positive_int, metavar="N", help="queues (default: the broker's, 8)")
     create.add_argument("--type", default="normal", choices=MESSAGE_TYPES)
     create.add_argument("--permission", default="read_write", choices=["read", "write", "read_write", "none"])
+    create.add_argument("--groups", type=_names_arg, metavar="g0,g1",
+                        help="the broker groups to create it in (default: every group)")
     update = _parser(sub, "update", "change a topic: more queues, type, permission", cmd_topic_update,
                      "topic update")
     update.add_argument("--topic", required=True)
@@ -352,6 +415,9 @@ def _add_topic_commands(commands: Any) -> None:
     delete.add_argument("--topic", required=True)
     listing = _parser(sub, "list", "every topic with its queues", cmd_topic_list, "topic list")
     listing.add_argument("--all", action="store_true", help="also retry, dead-letter and internal topics")
+    describe = _parser(sub, "describe", "where each queue of a topic lives (group, queue, offsets)",
+                       cmd_topic_describe, "topic describe")
+    describe.add_argument("--topic", required=True)
 
 
 def _add_group_commands(commands: Any) -> None:
@@ -413,11 +479,21 @@ def add_node_broker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a consumer of an unknown group creates it (default true)")
     parser.add_argument("--default-queues", type=positive_int, metavar="N",
                         help="queues of an auto-created topic (default 8)")
+    parser.add_argument("--namesrv-addrs", type=servers_arg, metavar="HOST:PORT[,...]",
+                        help="name servers this broker group registers with (several groups, one cluster)")
+    parser.add_argument("--cluster-name", metavar="NAME", help="the cluster the group registers under "
+                                                               "(default DefaultCluster)")
+    parser.add_argument("--register-interval", type=positive_float, metavar="SECONDS",
+                        help="how often the group's leader registers with the name servers (default 30)")
 
 
 def broker_settings(args: argparse.Namespace) -> dict[str, Any]:
     """BrokerConfig overrides from the node flags that were given."""
     flags = {"auto_create_topic": "auto_create_topic", "auto_create_group": "auto_create_group",
-             "default_queues": "default_queue_nums"}
-    return {field: getattr(args, dest) for dest, field in flags.items() if getattr(args, dest, None) is not None}
+             "default_queues": "default_queue_nums", "cluster_name": "cluster_name",
+             "register_interval": "register_interval_s"}
+    settings = {field: getattr(args, dest) for dest, field in flags.items() if getattr(args, dest, None) is not None}
+    if getattr(args, "namesrv_addrs", None):
+        settings["namesrv_addrs"] = tuple(args.namesrv_addrs)
+    return settings
 

@@ -4,7 +4,8 @@ Tools outside this project depend on these command forms and on the JSON
 they print (issue 2), so both stay exactly as documented:
 
     dledger node --id ID --peers ID=HOST:PORT,... --data-dir DIR [--metrics-port P]
-    dledger cluster up [--nodes 3] [--data-dir ./data] [--base-port 20911] [--secure]
+    dledger cluster up [--nodes 3] [--data-dir ./data] [--base-port 20911] [--secure] [--groups 1]
+    dledger nameserver --listen HOST:PORT [--metrics-port P] [--expiry 120] [--scan-interval 10]
     dledger status --servers HOST:PORT[,...] --json
     dledger append --servers ... (--data TEXT | --count N --size BYTES) --json
     dledger get --servers ... --index I --json
@@ -38,7 +39,7 @@ from typing import Any, Awaitable, Callable
 from cluster import broker_cli, security_cli
 from cluster.chaos.command import add_arguments as add_chaos_arguments
 from cluster.config import ConfigError, add_node_arguments, broker_settings_from_args, config_from_args
-from cluster.cli_args import non_negative_int, positive_int, servers_arg
+from cluster.cli_args import address_arg, non_negative_int, positive_float, positive_int, servers_arg
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError
 
@@ -66,6 +67,8 @@ def status_json(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def status_table(rows: list[dict[str, Any]]) -> str:
     columns = ["id", "address", "role", "term", "leader_id", "ledger_begin_index",
                "ledger_end_index", "committed_index", "pid", "metrics_address"]
+    if len({r.get("group") for r in rows}) > 1:
+        columns.insert(0, "group")
     cells = [columns] + [["-" if r[c] is None else str(r[c]) for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
@@ -85,8 +88,10 @@ def make_bodies(first: int, count: int, size: int) -> list[bytes]:
 # ---------------------------------------------------------------- commands
 
 async def cmd_status(args: argparse.Namespace) -> int:
-    async with DLedgerClient(args.servers, args.group) as client:
-        rows = await client.cluster_status()
+    from cluster.groups_cli import status_rows
+
+    # Every group the given nodes (and their name servers) know of.
+    rows = await status_rows(args.servers, args.group)
     print(dumps(status_json(rows)) if args.json else status_table(rows))
     if all(r["role"] == "unreachable" for r in rows):
         return fail("status", "no node reachable")
@@ -218,13 +223,29 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
-    from cluster.launcher import cluster_up, plan_nodes
+    from cluster.launcher import cluster_up, plan_groups, plan_nodes
 
     try:
-        plan_nodes(args.nodes, args.data_dir, args.base_port, secure=args.secure)
+        if args.groups > 1:
+            if args.secure:
+                raise ValueError("--secure with several --groups is not supported yet")
+            plan_groups(args.groups, args.nodes, args.data_dir, args.base_port)
+        else:
+            plan_nodes(args.nodes, args.data_dir, args.base_port, secure=args.secure)
     except ValueError as error:
         return fail("cluster up", str(error), code=2)
-    return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group, secure=args.secure))
+    return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group, secure=args.secure,
+                                  groups=args.groups))
+
+
+def cmd_nameserver(args: argparse.Namespace) -> int:
+    from cluster.node import configure_logging
+    from cluster.nameserver import NameServerConfig, run_nameserver
+
+    configure_logging(f"namesrv {args.listen}", args.log_level)
+    config = NameServerConfig(listen=args.listen, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
+                              expiry_s=args.expiry, scan_interval_s=args.scan_interval)
+    return asyncio.run(run_nameserver(config))
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
@@ -285,7 +306,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--secure", action="store_true",
                     help="TLS for clients, mutual TLS between peers (on BASE+200+i), auth and ACLs on; the CA and "
                          "the super user admin's secret go under DATA-DIR/secure/")
+    up.add_argument("--groups", type=positive_int, default=1,
+                    help="broker groups g0..g<G-1> behind a name server on BASE+90 (metrics BASE+190); node i of "
+                         "group g is g<g>n<i> on BASE+10g+i (metrics BASE+100+10g+i)")
     up.set_defaults(run=cmd_cluster_up)
+
+    _add_nameserver_parser(commands)
 
     status = _client_parser(commands, "status", "every node's role, term and indexes")
     status.set_defaults(run=cmd_status)
@@ -364,6 +390,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_nameserver_parser(commands: Any) -> None:
+    from cluster.nameserver import DEFAULT_EXPIRY_S, DEFAULT_SCAN_INTERVAL_S
+
+    parser = commands.add_parser("nameserver", help="run a name server (broker groups register, clients look "
+                                                     "routes up) in the foreground")
+    parser.add_argument("--listen", type=address_arg, required=True, metavar="HOST:PORT")
+    parser.add_argument("--metrics-port", type=positive_int, metavar="P", help="serve Prometheus metrics on P")
+    parser.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST")
+    parser.add_argument("--expiry", type=positive_float, default=DEFAULT_EXPIRY_S, metavar="SECONDS",
+                        help=f"drop a group not heard from for this long (default {DEFAULT_EXPIRY_S:.0f})")
+    parser.add_argument("--scan-interval", type=positive_float, default=DEFAULT_SCAN_INTERVAL_S,
+                        metavar="SECONDS", help=f"how often to look for such groups "
+                                                f"(default {DEFAULT_SCAN_INTERVAL_S:.0f})")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.set_defaults(run=cmd_nameserver)
+
+
 def _add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     try:
         from spark.replay_command import add_arguments
@@ -381,7 +424,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.run is cmd_bench_append and args.duration <= 0:
         parser.error("bench append: --duration must be positive")
     broker_cli.check_usage(parser, args)
-    if args.run in (cmd_node, cmd_cluster_up, cmd_chaos, cmd_replay) or getattr(args, "sync", False):
+    if args.run in (cmd_node, cmd_cluster_up, cmd_chaos, cmd_replay, cmd_nameserver) or getattr(args, "sync", False):
         return args.run(args)
     security_cli.export_client_security(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,

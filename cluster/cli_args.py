@@ -29,3 +29,21 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def address_arg(text: str) -> str:
+    """One HOST:PORT."""
+    servers = servers_arg(text)
+    if len(servers) != 1:
+        raise argparse.ArgumentTypeError(f"expected one HOST:PORT, got {text!r}")
+    return servers[0]

@@ -34,6 +34,7 @@ from typing import Any, Mapping
 
 from broker.config import BrokerConfig
 from dledger import failpoints
+from dledger.client import parse_servers
 from dledger.config import DLedgerConfig, FlushMode, PeerAddress, parse_peers
 from dledger.rpc.credentials import ENV_SECRET_FILE, ENV_TLS_CA, ENV_USER
 
@@ -89,6 +90,8 @@ ENV_ID = "DLEDGER_ID"
 ENV_CONFIG = "DLEDGER_CONFIG"
 ENV_METRICS_PORT = "DLEDGER_METRICS_PORT"
 ENV_METRICS_HOST = "DLEDGER_METRICS_HOST"
+# The broker's name servers (a container's way to say --namesrv-addrs).
+ENV_NAMESRV_ADDRS = "DLEDGER_NAMESRV_ADDRS"
 DEFAULT_METRICS_HOST = "127.0.0.1"
 # Read by our clients, so a shell that exported them can still start nodes.
 CLIENT_ENV = frozenset({ENV_USER, ENV_SECRET_FILE, ENV_TLS_CA})
@@ -156,6 +159,8 @@ def settings_from_env(environ: Mapping[str, str]) -> EnvSettings:
             env.config_file = text
         elif variable == ENV_METRICS_HOST:
             env.metrics_host = text
+        elif variable == ENV_NAMESRV_ADDRS:
+            continue  # a broker setting: broker_settings_from_args
         elif variable == failpoints.ENV_DIR:
             continue  # read by dledger.failpoints: test harnesses only
         elif variable in CLIENT_ENV:
@@ -205,13 +210,15 @@ def broker_settings_from_args(args: argparse.Namespace, environ: Mapping[str, st
     """The `[broker]` table of the TOML file (--config or DLEDGER_CONFIG),
     checked and converted to BrokerConfig's field types (empty without a
     file or a table)."""
-    config_file = getattr(args, "config", None) or (os.environ if environ is None else environ).get(ENV_CONFIG)
-    if not config_file:
-        return {}
-    table = load_toml(config_file).get(BROKER_TABLE, {})
+    environ = os.environ if environ is None else environ
+    config_file = getattr(args, "config", None) or environ.get(ENV_CONFIG)
+    table: Any = load_toml(config_file).get(BROKER_TABLE, {}) if config_file else {}
     if not isinstance(table, dict):
         raise ConfigError(f"[{BROKER_TABLE}] must be a table of BrokerConfig settings")
-    return build_broker_settings(table)
+    settings = build_broker_settings(table)
+    if environ.get(ENV_NAMESRV_ADDRS):
+        settings["namesrv_addrs"] = convert_namesrv_addrs(ENV_NAMESRV_ADDRS, environ[ENV_NAMESRV_ADDRS])
+    return settings
 
 
 def build_broker_settings(table: dict[str, Any]) -> dict[str, Any]:
@@ -220,7 +227,20 @@ def build_broker_settings(table: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"unknown broker setting {unknown[0]!r} (settings are BrokerConfig field names)")
-    return {name: convert(f"{BROKER_TABLE}.{name}", value, hints[name]) for name, value in table.items()}
+    return {name: convert_namesrv_addrs(f"{BROKER_TABLE}.{name}", value) if name == "namesrv_addrs"
+            else convert(f"{BROKER_TABLE}.{name}", value, hints[name]) for name, value in table.items()}
+
+
+def convert_namesrv_addrs(name: str, value: Any) -> tuple[str, ...]:
+    """Name servers: "host:port,host:port" or a list of host:port."""
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(item) for item in value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{name}: expected HOST:PORT,..., got {value!r}")
+    try:
+        return tuple(parse_servers(value))
+    except ValueError as error:
+        raise ConfigError(f"{name}: {error}") from None
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

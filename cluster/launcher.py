@@ -1,7 +1,11 @@
 """`dledger cluster up`: a local cluster of node processes in the foreground.
 
 Node i is `n<i>`, serves gRPC on base-port+i and metrics on base-port+100+i,
-and keeps its files in `<data-dir>/n<i>`. Each node is its own process
+and keeps its files in `<data-dir>/n<i>`. With `--groups G` (G > 1) there are
+G broker groups `g0..g<G-1>` behind one name server (gRPC on base-port+90,
+metrics on base-port+190): node i of group g is `g<g>n<i>`, serves gRPC on
+base-port+10g+i and metrics on base-port+100+10g+i, and keeps its files in
+`<data-dir>/g<g>n<i>`. Each node is its own process
 (`python -m cluster.cli node ...`), so that chaos tools can SIGKILL one and
 restart it with `dledger node` on the same data dir: the launcher reports a
 node that dies and never restarts it. Ctrl-C or SIGTERM stops them all:
@@ -27,6 +31,8 @@ from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError
 
 METRICS_PORT_OFFSET = 100
+NAMESRV_PORT_OFFSET = 90
+GROUP_PORT_STRIDE = 10
 # How long the nodes get to stop cleanly before SIGKILL.
 STOP_TIMEOUT_S = 10.0
 # Past this, the launcher says the cluster is not ready but keeps running.
@@ -41,6 +47,7 @@ class NodeSpec:
     metrics_port: int
     data_dir: str
     peer_port: int = 0   # with --secure: the members-only mutual-TLS port
+    group: str = ""      # empty: the --group of `cluster up`
 
     @property
     def peer_address(self) -> str:
@@ -66,19 +73,46 @@ def plan_nodes(count: int, data_dir: str, base_port: int, host: str = "127.0.0.1
             for i in range(count)]
 
 
+def plan_groups(groups: int, count: int, data_dir: str, base_port: int,
+                host: str = "127.0.0.1") -> tuple[list[NodeSpec], NodeSpec]:
+    """The nodes of `groups` broker groups and their name server (its
+    NodeSpec's port and metrics port; no data)."""
+    if not 1 < groups <= NAMESRV_PORT_OFFSET // GROUP_PORT_STRIDE:
+        raise ValueError(f"--groups must be 1..{NAMESRV_PORT_OFFSET // GROUP_PORT_STRIDE}")
+    if not 1 <= count <= GROUP_PORT_STRIDE:
+        raise ValueError(f"--nodes must be 1..{GROUP_PORT_STRIDE} with several groups")
+    namesrv_metrics = base_port + METRICS_PORT_OFFSET + NAMESRV_PORT_OFFSET
+    if not (0 < base_port and namesrv_metrics < 65536):
+        raise ValueError(f"--base-port {base_port}: the ports would leave 1..65535")
+    nodes = [NodeSpec(f"g{g}n{i}", host, base_port + GROUP_PORT_STRIDE * g + i,
+                      base_port + METRICS_PORT_OFFSET + GROUP_PORT_STRIDE * g + i,
+                      str(Path(data_dir) / f"g{g}n{i}"), group=f"g{g}")
+             for g in range(groups) for i in range(count)]
+    namesrv = NodeSpec("namesrv", host, base_port + NAMESRV_PORT_OFFSET, namesrv_metrics, "")
+    return nodes, namesrv
+
+
 def peers_flag(nodes: list[NodeSpec]) -> str:
     return ",".join(f"{n.id}={n.peer_address}" for n in nodes)
 
 
-def node_command(node: NodeSpec, nodes: list[NodeSpec], group: str, secure: SecureSetup | None = None) -> list[str]:
+def node_command(node: NodeSpec, nodes: list[NodeSpec], group: str, secure: SecureSetup | None = None,
+                 namesrv: NodeSpec | None = None) -> list[str]:
     command = [sys.executable, "-m", "cluster.cli", "node", "--id", node.id,
-               "--peers", peers_flag(nodes), "--data-dir", node.data_dir,
-               "--metrics-port", str(node.metrics_port), "--group", group,
+               "--peers", peers_flag([n for n in nodes if n.group == node.group]), "--data-dir", node.data_dir,
+               "--metrics-port", str(node.metrics_port), "--group", node.group or group,
                "--exit-with-parent", str(os.getpid())]
+    if namesrv is not None:
+        command += ["--namesrv-addrs", namesrv.address]
     if secure is not None:
         command += ["--advertised-addresses", ",".join(f"{n.id}={n.address}" for n in nodes),
                     *secure.node_args(node.id)]
     return command
+
+
+def namesrv_command(namesrv: NodeSpec) -> list[str]:
+    return [sys.executable, "-m", "cluster.cli", "nameserver", "--listen", namesrv.address,
+            "--metrics-port", str(namesrv.metrics_port)]
 
 
 def _child_env() -> dict[str, str]:
@@ -95,10 +129,12 @@ def say(line: str) -> None:
 
 
 class Launcher:
-    def __init__(self, nodes: list[NodeSpec], group: str = "default", secure: SecureSetup | None = None) -> None:
+    def __init__(self, nodes: list[NodeSpec], group: str = "default", secure: SecureSetup | None = None,
+                 namesrv: NodeSpec | None = None) -> None:
         self.nodes = nodes
         self.group = group
         self.secure = secure
+        self.namesrv = namesrv
         self.processes: dict[str, asyncio.subprocess.Process] = {}
         self._stop = asyncio.Event()
         self._ready = False
@@ -110,7 +146,8 @@ class Launcher:
             loop.add_signal_handler(signum, self._stop.set)
         try:
             await self._spawn_all()
-            watchers = [asyncio.create_task(self._watch(n)) for n in self.nodes]
+            watched = self.nodes + ([self.namesrv] if self.namesrv is not None else [])
+            watchers = [asyncio.create_task(self._watch(n)) for n in watched]
             ready = asyncio.create_task(self._announce_ready())
             await self._stop.wait()
             for task in [ready, *watchers]:
@@ -122,10 +159,18 @@ class Launcher:
 
     async def _spawn_all(self) -> None:
         env = _child_env()
+        if self.namesrv is not None:
+            # First, so that the leaders' first registrations find it.
+            process = await asyncio.create_subprocess_exec(*namesrv_command(self.namesrv), env=env,
+                                                           stdin=asyncio.subprocess.DEVNULL)
+            self.processes[self.namesrv.id] = process
+            say(f"namesrv grpc={self.namesrv.address} "
+                f"metrics=http://{self.namesrv.host}:{self.namesrv.metrics_port}/metrics pid={process.pid}")
         for node in self.nodes:
             Path(node.data_dir).mkdir(parents=True, exist_ok=True)
             process = await asyncio.create_subprocess_exec(
-                *node_command(node, self.nodes, self.group, self.secure), env=env, stdin=asyncio.subprocess.DEVNULL)
+                *node_command(node, self.nodes, self.group, self.secure, self.namesrv), env=env,
+                stdin=asyncio.subprocess.DEVNULL)
             self.processes[node.id] = process
             say(f"{node.id} grpc={node.address} metrics=http://{node.host}:{node.metrics_port}/metrics "
                 f"data={node.data_dir} pid={process.pid}")
@@ -154,18 +199,30 @@ class Launcher:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + READY_TIMEOUT_S
         security = self.secure.admin_security() if self.secure is not None else None
-        async with DLedgerClient([n.address for n in self.nodes], self.group, security=security) as client:
+        groups = list(dict.fromkeys(n.group for n in self.nodes))
+        clients = {g: DLedgerClient([n.address for n in self.nodes if n.group == g], g or self.group,
+                                    security=security) for g in groups}
+        leaders: dict[str, tuple[str, int]] = {}
+        try:
             while True:
-                leader = await _agreed_leader(client)
-                if leader is not None:
+                for group, client in clients.items():
+                    if group not in leaders:
+                        leader = await _agreed_leader(client)
+                        if leader is not None:
+                            leaders[group] = leader
+                if len(leaders) == len(groups):
                     self._ready = True
-                    say(f"ready leader={leader[0]} term={leader[1]}")
+                    say(" ".join(["ready"] + [f"{g}:leader={leaders[g][0]} term={leaders[g][1]}" if g
+                                              else f"leader={leaders[g][0]} term={leaders[g][1]}" for g in groups]))
                     return
                 if loop.time() > give_up:
                     print(f"cluster not ready after {READY_TIMEOUT_S:.0f} s; still waiting",
                           file=sys.stderr, flush=True)
                     give_up = float("inf")
                 await asyncio.sleep(0.1)
+        finally:
+            for client in clients.values():
+                await client.close()
 
     async def _stop_all(self) -> None:
         running = [p for p in self.processes.values() if p.returncode is None]
@@ -205,7 +262,10 @@ def _signal(process: asyncio.subprocess.Process, signum: int) -> None:
 
 
 async def cluster_up(count: int, data_dir: str, base_port: int, group: str = "default",
-                     secure: bool = False) -> int:
+                     secure: bool = False, groups: int = 1) -> int:
+    if groups > 1:
+        group_nodes, namesrv = plan_groups(groups, count, data_dir, base_port)
+        return await Launcher(group_nodes, group, namesrv=namesrv).run()
     nodes = plan_nodes(count, data_dir, base_port, secure=secure)
     setup = SecureSetup.prepare(Path(data_dir), [n.id for n in nodes], [n.address for n in nodes]) \
         if secure else None

@@ -155,11 +155,20 @@ class NodeMetrics:
         self.self_id = self_id
         self.registry = CollectorRegistry()
         self.observer = MetricsObserver(self.registry, group, self_id)
+        # Registrations of this node's group with the name servers (broker groups).
+        registrations = Counter("dledger_namesrv_registrations_sent", "Registrations of the group this node sent "
+                                "to a name server, by outcome", ("group", "self_id", "outcome"),
+                                registry=self.registry)
+        self._registrations_ok = registrations.labels(group, self_id, "ok")
+        self._registrations_failed = registrations.labels(group, self_id, "failed")
         # Audit: refused calls by reason (missing, malformed, unknown_user,
         # bad_signature, stale, forbidden) and RPC; never who or with what secret.
         self.auth_denied = Counter("dledger_auth_denied", "Calls refused by authentication or ACLs",
                                    ("group", "self_id", "reason", "rpc"), registry=self.registry)
         self._http: tuple[object, threading.Thread] | None = None
+
+    def on_registration(self, ok: bool) -> None:
+        (self._registrations_ok if ok else self._registrations_failed).inc()
 
     def bind(self, status: Callable[[], NodeStatus],
              loop: asyncio.AbstractEventLoop | None = None) -> None:

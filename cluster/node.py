@@ -127,7 +127,8 @@ class Node:
                                   self.server, store_host(config))
         # The broker registers its state machines with the store before the
         # store replays the log into them.
-        self.broker = Broker(broker_settings, self.store, self.server, tls=self.tls)
+        self.broker = Broker(broker_settings, self.store, self.server, tls=self.tls,
+                             registration_observer=self.metrics.on_registration)
         guard = self.guard = AccessGuard(auth, self.broker.auth_metadata)
         guard.on_denied = self.metrics.on_auth_denied
         if self._auth_interceptor is not None:

@@ -47,8 +47,9 @@ DEFAULT_NODE_FILES = ["--data-file-size", str(DLedgerConfig.data_file_size),
 
 class ProcessCluster:
     def __init__(self, base: Path, size: int = 3, extra_args: list[str] | None = None,
-                 log_dir: Path | None = None, tls_dir: Path | None = None) -> None:
-        self.ids = [f"n{i}" for i in range(size)]
+                 log_dir: Path | None = None, tls_dir: Path | None = None, id_prefix: str = "n") -> None:
+        # Broker groups side by side name their nodes g<g>n<i> (id_prefix "g0n").
+        self.ids = [f"{id_prefix}{i}" for i in range(size)]
         # With `tls_dir` (made by cluster.certs.create for these ids): mutual
         # TLS between peers on ports of their own; `addresses` stay the
         # addresses clients use (TLS).
@@ -188,6 +189,42 @@ class ProcessCluster:
                 proc.kill()
                 proc.wait()
         self.procs.clear()
+
+
+class NameServerProcess:
+    """A name server (`dledger nameserver`) in its own process, to kill and
+    restart like a node."""
+
+    def __init__(self, log_dir: Path, extra_args: list[str] | None = None) -> None:
+        self.port = free_ports(1)[0]
+        self.address = f"127.0.0.1:{self.port}"
+        self.log_dir = log_dir
+        self.extra_args = list(extra_args or [])
+        self.proc: subprocess.Popen[bytes] | None = None
+        log_dir.mkdir(parents=True, exist_ok=True)
+
+    def start(self) -> None:
+        log = open(self.log_dir / f"namesrv-{self.port}.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cluster.cli", "nameserver", "--listen", self.address, *self.extra_args],
+            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+        log.close()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
 
 
 async def find_leader(client: DLedgerClient, addresses: list[str], timeout: float = 15.0) -> str:

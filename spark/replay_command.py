@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--data-dir", metavar="DIR",
                         help="a node's data dir (read only; the node may be running)")
     source.add_argument("--servers", metavar="HOST:PORT[,...]", help="read a running group over gRPC")
+    source.add_argument("--groups", metavar="NAME=DIR,...",
+                        help="several broker groups: one node's data dir per group; each is replayed and checked "
+                             "(OUT/<NAME>/), the summary sums them up")
     parser.add_argument("--out", required=True, metavar="DIR", help="where the Parquet output and summary go")
     parser.add_argument("--json", action="store_true", help="print only the JSON summary")
     parser.add_argument("--master", metavar="URL", help="Spark master (default: local[2])")
@@ -31,8 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     # Spark loads only here: argument parsing for every other command stays fast.
     from dledger.client import parse_servers
+    from spark.groups import parse_group_dirs, run_group_replay
     from spark.replay import ReplayRequest, run_replay
     from spark.session import build_session
+
+    try:
+        group_dirs = parse_group_dirs(args.groups) if args.groups else None
+    except ValueError as error:
+        print(f"dledger replay: error: {error}", file=sys.stderr)
+        return 2
 
     request = ReplayRequest(out_dir=args.out, data_dir=args.data_dir,
                             servers=tuple(parse_servers(args.servers)) if args.servers else (),
@@ -44,7 +55,8 @@ def run_command(args: argparse.Namespace) -> int:
     started = time.monotonic()
     spark = build_session(args.master, extra=settings)
     try:
-        result = run_replay(spark, request)
+        os.makedirs(args.out, exist_ok=True)
+        result = run_group_replay(spark, args.out, group_dirs) if group_dirs else run_replay(spark, request)
         # stderr, so that --json output stays the summary alone.
         print(f"dledger replay: master {spark.sparkContext.master}, {_executor_count(spark)} executor JVM(s) "
               f"besides the driver", file=sys.stderr)
@@ -67,6 +79,13 @@ def _executor_count(spark: "SparkSession") -> int:
 
 def _print_report(result: "ReplayResult", seconds: float) -> None:
     summary = result.summary
+    if "groups" in summary:
+        print(f"replayed {len(summary['groups'])} broker groups ({summary['messages']} messages) "
+              f"in {seconds:.1f} s")
+        for name, group in sorted(summary["groups"].items()):
+            print(f" group {name}: {group['messages']} messages up to index {group['committed_index']}, "
+                  f"check {'ok' if group['check'] == 'ok' else 'FAILED'}")
+        return
     print(f"replayed {summary['entries']} committed entries ({summary['messages']} messages) up to index "
           f"{summary['committed_index']} in {seconds:.1f} s")
     for topic, info in sorted(summary["topics"].items()):

@@ -123,6 +123,7 @@ REQUIREMENTS: dict[str, Mapper] = {
     f"/{ADMIN}/UpdateGroup": _admin_group(Action.UPDATE),
     f"/{ADMIN}/ListGroups": _cluster(Action.LIST),
     f"/{ADMIN}/DescribeLag": _lag,
+    f"/{ADMIN}/ListBrokerGroups": _cluster(Action.LIST),
     f"/{OPERATIONS}/QueryMessageByKey": _ops_topic,
     f"/{OPERATIONS}/QueryMessageById": _ops_topic,
     f"/{OPERATIONS}/QueryMessageByOffset": _ops_topic,

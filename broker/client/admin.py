@@ -92,6 +92,14 @@ def permission_value(name: str) -> pb.Permission:
         raise ValueError(f"permission {name!r} is not one of none, read, write, read_write") from None
 
 
+@dataclass(frozen=True)
+class BrokerGroupInfo:
+    """A broker group of the cluster: its name, leader and nodes' addresses."""
+    name: str
+    leader_id: str
+    addresses: tuple[str, ...]
+
+
 class AdminClient:
     def __init__(self, servers: str | Iterable[str] | ClientConfig, **config: Any) -> None:
         self.config = ClientConfig.of(servers, **config)
@@ -159,6 +167,13 @@ class AdminClient:
                                   f"lag of {group!r}")
         return [QueueLag(q.topic, q.queue_id, q.committed_offset, q.min_offset, q.max_offset, q.lag)
                 for q in answer.queues]
+
+    # ---------------------------------------------------------- broker groups
+    async def list_broker_groups(self) -> list[BrokerGroupInfo]:
+        """Every broker group the cluster's name servers know (this group
+        alone without name servers)."""
+        answer = await self._call("ListBrokerGroups", apb.ListBrokerGroupsRequest(), "list broker groups")
+        return [BrokerGroupInfo(g.name, g.leader_id, tuple(g.addresses)) for g in answer.groups]
 
     # --------------------------------------------------------------- plumbing
     async def _call(self, method: str, request: Any, what: str) -> Any:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import socket
 import sys
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from broker.client.config import ClientConfig
 from broker.client.connection import Connection
@@ -98,17 +98,23 @@ class BaseClient:
 
     # ------------------------------------------------------------ keep-alive
     async def heartbeat(self) -> None:
+        await self.heartbeat_on(self.connection)
+
+    async def heartbeat_on(self, connection: Connection, retry: Callable[[ClientError], bool] | None = None) -> None:
+        """A Heartbeat through `connection` (the configured servers, or one
+        broker group's connection when there are several); `retry` as in
+        Connection.call."""
         group = self.group()
         request = spb.HeartbeatRequest(client_type=self.client_type)
         if group is not None:
-            request.group.CopyFrom(self.connection.resource(group))
+            request.group.CopyFrom(connection.resource(group))
 
         async def attempt(address: str) -> None:
-            answer = await self.connection.messaging(address).Heartbeat(
-                request, metadata=self.connection.headers(), timeout=self.config.request_timeout_s)
+            answer = await connection.messaging(address).Heartbeat(
+                request, metadata=connection.headers(), timeout=self.config.request_timeout_s)
             check_status(answer.status, "heartbeat")
 
-        await self.connection.call("heartbeat", attempt)
+        await connection.call("heartbeat", attempt, retry)
 
     async def _keep_alive(self) -> None:
         while True:

@@ -14,6 +14,10 @@ class ClientConfig:
     # finds the leader among them and talks to it; any node would serve it
     # (followers forward), but a forwarded call costs the cluster a hop.
     servers: tuple[str, ...]
+    # Name servers (host:port) to look routes up from, before asking the
+    # servers; empty: routes come from the servers (any node answers for
+    # every broker group).
+    namesrv_addrs: tuple[str, ...] = ()
     # RocketMQ's namespace, sent as x-mq-namespace and in every Resource.
     namespace: str = ""
     # One attempt of a unary call. Longer than the broker's commit wait

@@ -76,11 +76,14 @@ def make_client_id() -> str:
 
 
 class Connection:
-    def __init__(self, config: ClientConfig, client_id: str | None = None) -> None:
+    def __init__(self, config: ClientConfig, client_id: str | None = None, broker_name: str = "") -> None:
         self.config = config
         self.security = config.security if config.security is not None else ClientSecurity.from_env()
         self._signer = self.security.signer()
         self.client_id = client_id or make_client_id()
+        # The broker group this connection serves, when the client talks to
+        # several (broker/client/groups.py); "" for the configured servers.
+        self.broker_name = broker_name
         self.servers = list(config.servers)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._messaging: dict[str, service_pb2_grpc.MessagingServiceStub] = {}

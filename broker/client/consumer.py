@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from typing import Any, AsyncIterator, Iterable, Mapping
 import grpc
 
 from broker.client.base import BaseClient
+from broker.client.connection import Connection
+from broker.client.groups import GroupConnections
 from broker.client.config import ClientConfig
 from broker.client.errors import BadRequestError, ClientError, check_status, error_for
 from broker.client.message import ReceivedMessage, duration, from_protocol
@@ -72,6 +75,10 @@ class SimpleConsumer(BaseClient):
         self._topic_turn = itertools.count()
         self._queue_turn = itertools.count()
         self.acks = _AckBatcher(self, max_ack_entries)
+        # Several broker groups: a connection per group, each told of the
+        # consumer group once (its Heartbeat creates it there).
+        self.groups = GroupConnections(self.config, self.connection.client_id)
+        self._greeted: set[str] = set()
 
     def settings(self) -> pb.Settings:
         settings = super().settings()
@@ -97,6 +104,21 @@ class SimpleConsumer(BaseClient):
     async def close(self) -> None:
         await self.acks.close()
         await super().close()
+        await self.groups.close()
+
+    async def _connection_for(self, queue: pb.MessageQueue, several_groups: bool) -> Connection:
+        """The configured servers' connection with one group; the queue's
+        group's own with several."""
+        if not several_groups:
+            return self.connection
+        connection = self.groups.get(queue)
+        if connection.broker_name not in self._greeted:
+            await self.heartbeat_on(connection, lambda error: False)   # one attempt: see receive()
+            self._greeted.add(connection.broker_name)
+        return connection
+
+    def _ack_connection(self, broker_name: str) -> Connection:
+        return (self.groups.by_name(broker_name) if broker_name else None) or self.connection
 
     # ------------------------------------------------------------ receive
     async def receive(self, max_messages: int = 32, invisible_duration: float | timedelta = DEFAULT_INVISIBLE_S,
@@ -108,10 +130,17 @@ class SimpleConsumer(BaseClient):
             raise BadRequestError(pb.BAD_REQUEST, "the consumer subscribes to no topic")
         topics = list(self.subscriptions)
         topic = topics[next(self._topic_turn) % len(topics)]
-        route = await self.routes.route(topic)
+        # Once a route is known, a failed refresh keeps it rather than holding
+        # the receive up (a group's leader may just have died).
+        route = await self.routes.route(topic, once=self.routes.known(topic))
         queues = route.readable
         if not queues:
             raise BadRequestError(pb.FORBIDDEN, f"topic {topic!r} has no readable queue")
+        several_groups = len({q.broker.name for q in queues}) > 1
+        if several_groups:
+            # A group that just failed is left alone for its back-off window.
+            now = time.monotonic()
+            queues = [q for q in queues if self.groups.faults.available(q.broker.name, now)] or queues
         queue = queues[next(self._queue_turn) % len(queues)]
         polling = self.await_duration_s if await_duration_s is None else await_duration_s
         request = spb.ReceiveMessageRequest(
@@ -121,12 +150,34 @@ class SimpleConsumer(BaseClient):
             long_polling_timeout=duration(polling),
             # The same id on a retry lets the broker hand back the same batch.
             attempt_id=uuid.uuid4().hex)
-        return await self.connection.call(f"receive from {topic!r}",
-                                          lambda address: self._receive_once(address, request, polling))
+        if not several_groups:
+            return await self.connection.call(f"receive from {topic!r}",
+                                              lambda address: self._receive_once(self.connection, address, request,
+                                                                                 polling))
+        # Several groups: one attempt; a group that fails is left alone for
+        # its back-off window and this receive comes back empty (the next one
+        # goes to another group's queue) rather than waiting out the deadline
+        # on a group that lost its leader.
+        try:
+            connection = await self._connection_for(queue, several_groups)
+            received = await connection.call(f"receive from {topic!r}",
+                                             lambda address: self._receive_once(connection, address, request,
+                                                                                polling), lambda error: False)
+        except ClientError as error:
+            if not error.retriable:
+                raise
+            window = self.groups.faults.failed(queue.broker.name, time.monotonic())
+            self.routes.invalidate(topic)
+            log.info("receive from group %s failed (%s); it is avoided for %.1f s", queue.broker.name, error,
+                     window)
+            return []
+        self.groups.faults.succeeded(queue.broker.name)
+        for message in received:
+            message.broker_name = queue.broker.name
+        return received
 
-    async def _receive_once(self, address: str, request: spb.ReceiveMessageRequest,
+    async def _receive_once(self, connection: Connection, address: str, request: spb.ReceiveMessageRequest,
                             polling: float) -> list[ReceivedMessage]:
-        connection = self.connection
         call = connection.messaging(address).ReceiveMessage(
             request, metadata=connection.headers(), timeout=polling + self.config.request_timeout_s)
         messages: list[ReceivedMessage] = []
@@ -174,7 +225,7 @@ class SimpleConsumer(BaseClient):
         """Extend (or shorten: 0 is "deliver again now") a message's lease; the
         message's receipt handle is replaced by the new one."""
         self.require_started()
-        connection = self.connection
+        connection = self._ack_connection(message.broker_name)
         request = spb.ChangeInvisibleDurationRequest(
             group=connection.resource(self.consumer_group), topic=connection.resource(message.topic),
             receipt_handle=message.receipt_handle, invisible_duration=duration(invisible_duration),
@@ -193,10 +244,12 @@ class SimpleConsumer(BaseClient):
                                       else timedelta(seconds=invisible_duration))
         return message
 
-    async def ack_call(self, topic: str, entries: list[spb.AckMessageEntry]) -> dict[str, ClientError | None]:
-        """One AckMessage call (retried for retriable failures); the outcome
-        per receipt handle: None for acknowledged, else the error."""
-        connection = self.connection
+    async def ack_call(self, topic: str, entries: list[spb.AckMessageEntry],
+                       broker_name: str = "") -> dict[str, ClientError | None]:
+        """One AckMessage call (retried for retriable failures) to the group
+        the messages came from; the outcome per receipt handle: None for
+        acknowledged, else the error."""
+        connection = self._ack_connection(broker_name)
         outcome: dict[str, ClientError | None] = {}
         remaining = list(entries)
 
@@ -241,6 +294,7 @@ class SimpleConsumer(BaseClient):
 @dataclass
 class _PendingAck:
     topic: str
+    broker_name: str
     entry: spb.AckMessageEntry
     future: asyncio.Future[ClientError | None] = field(repr=False)
 
@@ -258,7 +312,8 @@ class _AckBatcher:
 
     def add(self, messages: Iterable[ReceivedMessage]) -> list[asyncio.Future[ClientError | None]]:
         loop = asyncio.get_running_loop()
-        added = [_PendingAck(m.topic, spb.AckMessageEntry(message_id=m.message_id, receipt_handle=m.receipt_handle),
+        added = [_PendingAck(m.topic, m.broker_name,
+                             spb.AckMessageEntry(message_id=m.message_id, receipt_handle=m.receipt_handle),
                              loop.create_future()) for m in messages]
         self._queue.extend(added)
         self._drain()
@@ -271,23 +326,26 @@ class _AckBatcher:
 
     def _drain(self) -> None:
         while self._queue and self._inflight < MAX_INFLIGHT_ACKS:
-            topic = self._queue[0].topic
+            # One call per topic and broker group (an ack goes to the group
+            # the message came from).
+            topic, broker_name = self._queue[0].topic, self._queue[0].broker_name
             batch: list[_PendingAck] = []
             kept: deque[_PendingAck] = deque()
             while self._queue and len(batch) < self.max_entries:
                 pending = self._queue.popleft()
-                (batch if pending.topic == topic else kept).append(pending)
+                same = pending.topic == topic and pending.broker_name == broker_name
+                (batch if same else kept).append(pending)
             kept.extend(self._queue)
             self._queue = kept
             self._inflight += 1
-            task = asyncio.ensure_future(self._send(topic, batch))
+            task = asyncio.ensure_future(self._send(topic, broker_name, batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, topic: str, batch: list[_PendingAck]) -> None:
+    async def _send(self, topic: str, broker_name: str, batch: list[_PendingAck]) -> None:
         try:
             try:
-                outcome = await self.consumer.ack_call(topic, [p.entry for p in batch])
+                outcome = await self.consumer.ack_call(topic, [p.entry for p in batch], broker_name)
             except Exception as error:  # noqa: BLE001 - every waiting ack gets it
                 failure = error if isinstance(error, ClientError) else ClientError(pb.INTERNAL_ERROR, str(error))
                 outcome = {p.entry.receipt_handle: failure for p in batch}

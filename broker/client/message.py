@@ -63,6 +63,8 @@ class SendReceipt:
     offset: int
     transaction_id: str = ""
     recall_handle: str = ""
+    # The broker group that stored it (with several groups behind name servers).
+    broker_name: str = ""
 
 
 @dataclass
@@ -89,6 +91,8 @@ class ReceivedMessage:
     corrupted: bool = False
     # For a dead-lettered message: where it came from.
     dead_letter_topic: str | None = None
+    # The broker group it came from: its acks go there (several groups).
+    broker_name: str = ""
     # The transaction id of a half message a check-back asks about.
     transaction_id: str = ""
 
@@ -137,9 +141,10 @@ def delivery_epoch(message: Message, now: float) -> float | None:
     return None
 
 
-def receipt_of(entry: spb.SendResultEntry, topic: str) -> SendReceipt:
+def receipt_of(entry: spb.SendResultEntry, topic: str, broker_name: str = "") -> SendReceipt:
     return SendReceipt(message_id=entry.message_id, topic=topic, queue_id=entry.queue_id, offset=entry.offset,
-                       transaction_id=entry.transaction_id, recall_handle=entry.recall_handle)
+                       transaction_id=entry.transaction_id, recall_handle=entry.recall_handle,
+                       broker_name=broker_name)
 
 
 def duration(seconds: float | timedelta) -> Duration:

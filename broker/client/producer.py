@@ -12,11 +12,27 @@ was lost (a killed leader, a commit that timed out) is retried safely: the
 broker answers a repeated id with the original receipt. Concurrent sends
 share calls (broker/client/accumulator.py); `coalesce=False` makes one call
 per send. Transactions: `begin_transaction()` (broker/client/transaction.py).
+
+Several broker groups (behind name servers): the producer looks the topic's
+route up (cached, refreshed on a timer and after a failure) and, when the
+topic lives in more than one group, sends each call to a group picked round
+robin; a call that fails retriably is sent again to a *different* group
+(lastBrokerName) and the failed group is avoided for a back-off window
+(broker/client/groups.py). FIFO messages keep their message group on one
+group (and the broker keeps it on one queue there), retried there only, so
+their order holds; transactional messages stay with the group the producer's
+Telemetry session reaches (which relays check-backs). A message retried on
+another group after an unknown outcome may be stored in both: at least
+once, as RocketMQ. With one group, nothing of this applies: the call goes to
+the leader as always.
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import random
+import time
 from typing import Any, Iterable, Sequence
 
 from broker.client.accumulator import PendingSend, SendAccumulator
@@ -24,6 +40,9 @@ from broker.client.base import BaseClient
 from broker.client.config import ClientConfig
 from broker.client.errors import (BadRequestError, ClientError, PayloadTooLargeError, PreconditionFailedError,
                                   check_status, error_for)
+from broker.client.connection import Connection
+from broker.client.groups import GroupConnections, fifo_group, pick_group, writable_groups
+from broker.client.routes import Route, RouteCache
 from broker.client.message import Message, SendReceipt, receipt_of, to_protocol
 from broker.client.telemetry import CommandHandler
 from broker.client.transaction import Transaction, TransactionChecker, check_back_handler
@@ -39,6 +58,9 @@ MAX_INFLIGHT_REQUESTS = 4
 MAX_BATCH_MESSAGES = 1000
 MAX_BATCH_BYTES = 4 << 20
 DEFAULT_MAX_BODY_BYTES = 4 << 20
+# With several broker groups, a call is split over them only when each
+# share would carry at least this many messages.
+MIN_SHARE_MESSAGES = 16
 
 _ids = MessageIdGenerator()
 
@@ -63,6 +85,10 @@ class Producer(BaseClient):
                                            max_batch_bytes)
         self.max_batch_messages = max_batch_messages
         self.max_batch_bytes = max_batch_bytes
+        self.routes = RouteCache(self.connection)
+        self.groups = GroupConnections(self.config, self.connection.client_id)
+        # Round robin over groups from a random start, as the official clients do.
+        self._group_turn = itertools.count(random.randrange(1 << 16))
 
     # ----------------------------------------------------------- settings
     def settings(self) -> pb.Settings:
@@ -87,6 +113,7 @@ class Producer(BaseClient):
             await self.accumulator.flush()
         await self.accumulator.close(PreconditionFailedError(pb.PRECONDITION_FAILED, "the producer was closed"))
         await super().close()
+        await self.groups.close()
 
     # -------------------------------------------------------------- sends
     async def send(self, message: Message) -> SendReceipt:
@@ -157,10 +184,97 @@ class Producer(BaseClient):
             pending.future.set_result(result)
 
     async def send_call(self, topic: str, messages: list[pb.Message]) -> list[SendReceipt | ClientError]:
+        """Send one call's messages: to the leader of the one group, or over
+        the topic's groups (see the module docstring)."""
+        route = await self._route(topic)
+        groups = writable_groups(route.queues) if route is not None else []
+        if len(groups) <= 1 or any(m.system_properties.message_type == pb.TRANSACTION for m in messages):
+            return await self._send_with(self.connection, topic, messages)
+        assert route is not None
+        fifo: dict[str, list[pb.Message]] = {}
+        free = []
+        for message in messages:
+            system = message.system_properties
+            if system.HasField("message_group"):
+                fifo.setdefault(fifo_group(groups, system.message_group), []).append(message)
+            else:
+                free.append(message)
+        calls = [self._send_fifo(route, group, topic, part) for group, part in fifo.items()]
+        # Round robin by call; a large call is split over the groups that are
+        # not avoided (every group works on a burst), a small one is not (a
+        # replicated batch costs about the same whatever it carries, so
+        # halving small batches would only add calls).
+        now = time.monotonic()
+        usable = [g for g in groups if self.groups.faults.available(g, now)] or groups
+        turn = next(self._group_turn)
+        parts = max(1, min(len(usable), len(free) // MIN_SHARE_MESSAGES))
+        shares = [free[i::parts] for i in range(parts)]
+        calls += [self._send_across(route, groups, topic, share, usable[(turn + i) % len(usable)])
+                  for i, share in enumerate(shares) if share]
+        results: dict[str, SendReceipt | ClientError] = {}
+        for part in await asyncio.gather(*calls):
+            results.update(part)
+        return [results[m.system_properties.message_id] for m in messages]
+
+    async def _route(self, topic: str) -> Route | None:
+        """The topic's route, or None when it cannot be had (the send then
+        goes as with one group, and the broker says what is wrong)."""
+        try:
+            return await self.routes.route(topic, once=True)
+        except ClientError as error:
+            log.debug("no route for %r: %s", topic, error)
+            return None
+
+    def _queue_of(self, route: Route, group: str) -> pb.MessageQueue:
+        return next(q for q in route.queues if q.broker.name == group)
+
+    async def _send_across(self, route: Route, groups: list[str], topic: str, messages: list[pb.Message],
+                           first: str) -> dict[str, SendReceipt | ClientError]:
+        """Send to group `first`; what fails retriably goes to another group
+        (round robin, skipping the one that failed and those avoided), the
+        failed one avoided for a while, until the deadline."""
+        faults = self.groups.faults
+        deadline = time.monotonic() + self.config.deadline_s
+        results: dict[str, SendReceipt | ClientError] = {}
+        remaining, last_failed, group = list(messages), None, first
+        while remaining:
+            if last_failed is not None:
+                group = pick_group(groups, next(self._group_turn), faults, time.monotonic(), last_failed)
+            connection = self.groups.get(self._queue_of(route, group))
+            outcome = await self._send_with(connection, topic, remaining, retry=lambda error: False)
+            failed, retriable = [], False
+            for message, result in zip(remaining, outcome):
+                message_id = message.system_properties.message_id
+                retriable = retriable or (isinstance(result, ClientError) and result.retriable)
+                if isinstance(result, ClientError) and result.retriable and time.monotonic() < deadline:
+                    failed.append(message)
+                else:
+                    results[message_id] = result
+            if not retriable:
+                faults.succeeded(group)
+            if not failed:
+                break
+            window = faults.failed(group, time.monotonic())
+            log.debug("send to group %s failed; it is avoided for %.1f s", group, window)
+            self.connection.retries += 1
+            remaining, last_failed = failed, group
+            self.routes.invalidate(topic)
+            if all(not faults.available(g, time.monotonic()) for g in groups):
+                await asyncio.sleep(self.config.retry_initial_s)
+        return results
+
+    async def _send_fifo(self, route: Route, group: str, topic: str,
+                         messages: list[pb.Message]) -> dict[str, SendReceipt | ClientError]:
+        """A message group stays on its group (order): retried there only."""
+        connection = self.groups.get(self._queue_of(route, group))
+        outcome = await self._send_with(connection, topic, messages)
+        return {m.system_properties.message_id: r for m, r in zip(messages, outcome)}
+
+    async def _send_with(self, connection: Connection, topic: str, messages: list[pb.Message],
+                         retry: Any = None) -> list[SendReceipt | ClientError]:
         """One SendMessage call, retried with the same message ids. Messages
         the broker failed retriably are sent again (only those); every message
         ends with its receipt or its error."""
-        connection = self.connection
         results: dict[str, SendReceipt | ClientError] = {}
         remaining = list(messages)
 
@@ -179,7 +293,7 @@ class Producer(BaseClient):
                 if entry is None:
                     error: ClientError = error_for(pb.INTERNAL_SERVER_ERROR, f"the broker's answer lacks {message_id}")
                 elif entry.status.code == pb.OK:
-                    results[message_id] = receipt_of(entry, topic)
+                    results[message_id] = receipt_of(entry, topic, connection.broker_name)
                     continue
                 else:
                     error = error_for(entry.status.code, f"send to {topic!r}: {entry.status.message}")
@@ -193,7 +307,7 @@ class Producer(BaseClient):
                 raise first_retriable
 
         try:
-            await connection.call(f"send to {topic!r}", attempt)
+            await connection.call(f"send to {topic!r}", attempt, retry)
         except ClientError as error:
             for message in remaining:
                 results.setdefault(message.system_properties.message_id, error)

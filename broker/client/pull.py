@@ -26,6 +26,7 @@ from broker.client.base import BaseClient
 from broker.client.config import ClientConfig
 from broker.client.errors import BadRequestError, check_status
 from broker.client.message import ReceivedMessage, duration, from_protocol
+from broker.client.groups import endpoints_addresses
 from broker.client.routes import RouteCache
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
@@ -59,11 +60,20 @@ class PullConsumer(BaseClient):
         return self.consumer_group
 
     async def queue_ids(self, topic: str) -> list[int]:
-        return [q.id for q in (await self.routes.route(topic)).readable]
+        return [q.id for q in self._own((await self.routes.route(topic)).readable)]
+
+    def _own(self, queues: list[pb.MessageQueue]) -> list[pb.MessageQueue]:
+        """With several broker groups, the queues of the group the configured
+        servers belong to: offsets and pulls are per group, and a pull goes
+        to the configured servers."""
+        if len({q.broker.name for q in queues}) <= 1:
+            return queues
+        mine = set(self.connection.servers)
+        return [q for q in queues if mine & set(endpoints_addresses(q.broker.endpoints))]
 
     async def _queue(self, topic: str, queue_id: int) -> pb.MessageQueue:
         for refresh in (False, True):  # a queue an admin just added needs a fresh route
-            for queue in (await self.routes.route(topic, refresh=refresh)).queues:
+            for queue in self._own((await self.routes.route(topic, refresh=refresh)).queues):
                 if queue.id == queue_id:
                     return queue
         raise BadRequestError(pb.BAD_REQUEST, f"topic {topic!r} has no queue {queue_id}")

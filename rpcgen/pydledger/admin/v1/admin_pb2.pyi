@@ -198,3 +198,27 @@ class DescribeLagResponse(_message.Message):
     queues: _containers.RepeatedCompositeFieldContainer[QueueLag]
     total_lag: int
     def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueLag, _Mapping]]] = ..., total_lag: _Optional[int] = ...) -> None: ...
+
+class ListBrokerGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BrokerGroup(_message.Message):
+    __slots__ = ("name", "leader_id", "addresses")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    leader_id: str
+    addresses: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., leader_id: _Optional[str] = ..., addresses: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListBrokerGroupsResponse(_message.Message):
+    __slots__ = ("status", "self_group", "groups")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SELF_GROUP_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    status: _definition_pb2.Status
+    self_group: str
+    groups: _containers.RepeatedCompositeFieldContainer[BrokerGroup]
+    def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., self_group: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[BrokerGroup, _Mapping]]] = ...) -> None: ...

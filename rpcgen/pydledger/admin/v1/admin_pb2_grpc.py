@@ -74,6 +74,11 @@ class AdminServiceStub:
                 request_serializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_admin__pb2.DescribeLagRequest.SerializeToString,
                 response_deserializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_admin__pb2.DescribeLagResponse.FromString,
                 _registered_method=True)
+        self.ListBrokerGroups = channel.unary_unary(
+                '/pydledger.admin.v1.AdminService/ListBrokerGroups',
+                request_serializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_admin__pb2.ListBrokerGroupsRequest.SerializeToString,
+                response_deserializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_admin__pb2.ListBrokerGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -132,6 +137,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListBrokerGroups(self, request, context):
+        """The broker groups of the cluster: with name servers, every group they
+        know; without, this node's own group only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -174,6 +187,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DescribeLag,
                     request_deserializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_admin__pb2.DescribeLagRequest.FromString,
                     response_serializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_admin__pb2.DescribeLagResponse.SerializeToString,
+            ),
+            'ListBrokerGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBrokerGroups,
+                    request_deserializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_admin__pb2.ListBrokerGroupsRequest.FromString,
+                    response_serializer=rpcgen_dot_pydledger_dot_admin_dot_v1_dot_admin__pb2.ListBrokerGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -392,6 +410,33 @@ class AdminService:
             '/pydledger.admin.v1.AdminService/DescribeLag',
             rpcgen_dot_pydledger_dot_admin_dot_v1_dot_admin__pb2.DescribeLagRequest.SerializeToString,
             rpcgen_dot_pydledger_dot_admin_dot_v1_dot_admin__pb2.DescribeLagResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBrokerGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pydledger.admin.v1.AdminService/ListBrokerGroups',
+            rpcgen_dot_pydledger_dot_admin_dot_v1_dot_admin__pb2.ListBrokerGroupsRequest.SerializeToString,
+            rpcgen_dot_pydledger_dot_admin_dot_v1_dot_admin__pb2.ListBrokerGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
