@@ -468,3 +468,16 @@ async def test_a_replica_lacking_the_state_decodes_a_snapshot_off_the_event_loop
     await replica.restored()
     assert not replica.restoring and replica.applied_index == 12
     assert replica.encode() == leader.encode()
+
+
+def test_lease_offsets_sorted_by_slices_are_in_order_whatever_the_insertion_order():
+    import random
+
+    from broker.consumer.pop_state import _SORT_SLICE, _sorted_keys
+    rising = {offset: None for offset in range(3 * _SORT_SLICE + 5)}
+    assert _sorted_keys(rising) == sorted(rising)
+    shuffled = list(range(2 * _SORT_SLICE + 7))
+    random.Random(7).shuffle(shuffled)
+    resent = {**{o: None for o in range(100, 2 * _SORT_SLICE)}, 3: None, 1: None}   # old offsets re-granted last
+    for mapping in ({o: None for o in shuffled}, resent, {}):
+        assert _sorted_keys(mapping) == sorted(mapping)
