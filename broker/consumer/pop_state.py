@@ -643,8 +643,10 @@ class PopStateManager(ConfigManager):
         # Only copies of the dicts (in C) on the event loop: a lease is
         # replaced, never changed, so the copies hold the state as of now
         # while a worker thread encodes them (a million leases: ~35 ms here
-        # against seconds for the whole encoding).
-        queues = sorted(((key, queue.pop_offset, dict(queue.in_flight), dict(queue.blocked))
+        # against seconds for the whole encoding). dict.copy, not dict():
+        # after acks have left holes in a dict, dict() re-inserts every
+        # entry (70 ms for a million here) where copy clones it (48 ms).
+        queues = sorted(((key, queue.pop_offset, queue.in_flight.copy(), queue.blocked.copy())
                          for key, queue in self.queues.items()), key=lambda item: item[0])
         # Receives by attempt id are state too (derived from the ops, in log
         # order): a node restarted from this file must answer a retry alike.
