@@ -3,10 +3,11 @@
 A CONSUMER_OFFSETS system entry carries [[group, topic, queue id, offset], ...]
 (store/consumer_offset.py); a commit sets the offset, so the latest commit by
 log index wins, as when the broker applies them. A METADATA_SNAPSHOT entry
-carries the whole offset table and replaces it, so offsets whose commits
-retention deleted are still known. Lag is RocketMQ's: the
-queue's max offset (one past its last message) minus the group's offset (the
-next message it will consume).
+carries the whole offset table as of the entry its asOf names (older ones:
+the entry before it) and replaces it, so offsets whose commits retention
+deleted are still known; commits after asOf count on top of it. Lag is
+RocketMQ's: the queue's max offset (one past its last message) minus the
+group's offset (the next message it will consume).
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from store.system_entry import SystemKind
 
 _COMMITS = "struct<offsets: array<array<string>>>"
 # consumerOffset.json inside a METADATA_SNAPSHOT: {"topic@group": {"queue id": offset}}.
-_SNAPSHOT = "struct<managers: struct<`consumerOffset.json`: struct<offsetTable: map<string, map<string, bigint>>>>>"
+_SNAPSHOT = ("struct<asOf: bigint, managers: struct<`consumerOffset.json`: "
+             "struct<offsetTable: map<string, map<string, bigint>>>>>")
 
 
 def _system(entries: DataFrame, kind: SystemKind) -> DataFrame:
@@ -36,26 +38,31 @@ def _commits(entries: DataFrame) -> DataFrame:
                     F.col("c")[2].cast("int").alias("queue_id"), F.col("c")[3].cast("long").alias("offset")))
 
 
-def _snapshot_offsets(entries: DataFrame) -> DataFrame:
-    """The same columns from every METADATA_SNAPSHOT's offset table."""
-    table = F.from_json(F.col("body").cast("string"), _SNAPSHOT)["managers"]["consumerOffset.json"]["offsetTable"]
-    return (_system(entries, SystemKind.METADATA_SNAPSHOT)
-            .select("index", F.explode(table).alias("key", "queues"))
-            .select("index", "key", F.explode("queues").alias("queue_id", "offset"))
-            .select("index", F.substring_index("key", TOPIC_GROUP_SEPARATOR, -1).alias("group"),
-                    F.substring_index("key", TOPIC_GROUP_SEPARATOR, 1).alias("topic"),
-                    F.col("queue_id").cast("int").alias("queue_id"), "offset"))
+def _snapshots(entries: DataFrame) -> DataFrame:
+    """(index, as_of, table) of every METADATA_SNAPSHOT."""
+    snapshot = F.from_json(F.col("body").cast("string"), _SNAPSHOT)
+    return _system(entries, SystemKind.METADATA_SNAPSHOT).select(
+        "index", F.coalesce(snapshot["asOf"], F.col("index") - 1).alias("as_of"),
+        snapshot["managers"]["consumerOffset.json"]["offsetTable"].alias("table"))
 
 
 def committed_offsets(entries: DataFrame) -> DataFrame:
     """(group, topic, queue_id, offset, index): where each group stands per
     queue, as the broker computes it: the latest METADATA_SNAPSHOT replaces
-    the whole table (store/metadata_snapshot.py), later commits set offsets."""
-    snapshots = _snapshot_offsets(entries)
-    latest = snapshots.agg(F.max("index").alias("at"))
-    current = snapshots.join(latest, snapshots["index"] == latest["at"]).drop("at")
-    later = _commits(entries).crossJoin(latest).where(F.col("at").isNull() | (F.col("index") > F.col("at"))) \
-        .drop("at")
+    the whole table as of its asOf (store/metadata_snapshot.py; its rows
+    carry that index), commits after asOf set offsets."""
+    snapshots = _snapshots(entries)
+    # One row: the latest snapshot's index and asOf (nulls without one).
+    latest = snapshots.agg(F.max(F.struct("index", "as_of")).alias("m")) \
+        .select(F.col("m.index").alias("latest"), F.col("m.as_of").alias("at"))
+    current = (snapshots.join(latest, snapshots["index"] == latest["latest"])
+               .select(F.col("as_of").alias("index"), F.explode("table").alias("key", "queues"))
+               .select("index", "key", F.explode("queues").alias("queue_id", "offset"))
+               .select("index", F.substring_index("key", TOPIC_GROUP_SEPARATOR, -1).alias("group"),
+                       F.substring_index("key", TOPIC_GROUP_SEPARATOR, 1).alias("topic"),
+                       F.col("queue_id").cast("int").alias("queue_id"), "offset"))
+    later = _commits(entries).crossJoin(latest.select("at")) \
+        .where(F.col("at").isNull() | (F.col("index") > F.col("at"))).drop("at")
     newest = Window.partitionBy("group", "topic", "queue_id").orderBy(F.col("index").desc())
     return (current.unionByName(later).withColumn("rank", F.row_number().over(newest))
             .where("rank = 1").drop("rank"))

@@ -64,6 +64,10 @@ class ConfigManager(ABC):
         # The index of the entry apply_entry is applying (the pop state uses
         # it: its lease ids are entry indexes, the same on every replica).
         self.applying_index = -1
+        # The last entry that changed this state (applied_index also moves
+        # when a metadata snapshot is applied, which changes nothing here):
+        # the leader compares it with the latest snapshot's asOf.
+        self.changed_index = -1
         self._persisted_index = -1
         self.loaded = False            # whether load() found a file (or its .bak)
 
@@ -75,7 +79,7 @@ class ConfigManager(ABC):
             return
         self.applying_index = index
         self.apply_entry(kind, payload)
-        self.applied_index = index
+        self.applied_index = self.changed_index = index
 
     @abstractmethod
     def apply_entry(self, kind: int, payload: dict[str, Any]) -> None:
@@ -112,6 +116,7 @@ class ConfigManager(ABC):
                     data = json.load(file)
                 self.decode(data)
                 self.applied_index = self._persisted_index = int(data.get("appliedIndex", -1))
+                self.changed_index = self.applied_index
                 self.loaded = True
                 return
             except (OSError, ValueError, KeyError, TypeError, IndexError) as error:

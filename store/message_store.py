@@ -41,7 +41,7 @@ from store.errors import (MessageDecodeError, MessageTooLargeError, PutOutcomeUn
                           StoreError, StoreFailedError, StoreStartError, StoreUnavailableError,
                           TopicNotFoundError)
 from store.index_service import IndexService
-from store.metadata_snapshot import MetadataSnapshotHandler, capture_payload
+from store.metadata_snapshot import MetadataSnapshotHandler, capture_payload, encode_snapshot
 from store.message_id import decode_offset_message_id
 from store.reput import ArrivalListener, ReputMessageService, SystemEntryHandler
 from store.socket_address import SocketAddress
@@ -102,9 +102,6 @@ class MessageStore:
         self._abort_path = os.path.join(config.store_dir, "abort")
         self._tasks: list[asyncio.Task[None]] = []
         self._flush_lock = asyncio.Lock()
-        # Cleared while the leader writes a metadata snapshot: writes wait.
-        self._writes_open = asyncio.Event()
-        self._writes_open.set()
         self.snapshots = MetadataSnapshotHandler(self.managers)
         self._persist_lock = asyncio.Lock()
         self._extra_handlers: list[SystemEntryHandler] = []
@@ -164,6 +161,7 @@ class MessageStore:
         self.reput = ReputMessageService(self.server, queues, self.index, self.commit_log.min_physical_offset,
                                          resume, config.reput_batch_bytes, config.legacy_untagged_entries)
         self.snapshots.start(resume, log_lost_entries=resume > known)
+        self.snapshots.replay = self.reput.replay
         self.reput.gap_listeners.append(self.snapshots.on_gap)
         self._configs_cover = resume
         for handler in [*self.managers, self.snapshots, *self._extra_handlers]:
@@ -319,7 +317,6 @@ class MessageStore:
         reput = self._require_started()[0]
         if reput.failure is not None:
             raise reput.failure
-        await self._writes_open.wait()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.ready_wait_s
         ms = self.server.member_state
@@ -352,11 +349,11 @@ class MessageStore:
             return
         if any(manager.restoring for manager in self.managers):
             return  # its state in memory is not yet as of the log's end
-        changed_at = max((manager.applied_index for manager in self.managers if manager.snapshot_on_change),
+        changed_at = max((manager.changed_index for manager in self.managers if manager.snapshot_on_change),
                          default=-1)
         now = asyncio.get_running_loop().time()
         stale = now - self.snapshots.applied_at >= self.config.metadata_snapshot_interval_s
-        if changed_at > self.snapshots.last_index or stale:
+        if changed_at > self.snapshots.last_as_of or stale:
             try:
                 await self.write_metadata_snapshot()
             except (DLedgerError, StoreError) as error:
@@ -366,37 +363,28 @@ class MessageStore:
 
     def _snapshot_floor(self) -> int:
         if self.snapshots.last_index >= 0:
-            return self.snapshots.last_index
+            return self.snapshots.retention_floor()
         has_metadata = max(manager.applied_index for manager in self.managers) >= 0
         return 0 if has_metadata else self.server.store.ledger_end_index + 1
 
     async def write_metadata_snapshot(self) -> bool:
-        """Append every manager's state as of the entry before the snapshot.
-        Returns False when the log did not quiesce in time (tried again later)."""
+        """Append every manager's state as of the last entry applied here
+        (asOf), without holding writes: see store/metadata_snapshot.py.
+        Returns False when a manager's state is still being restored (tried
+        again later)."""
         reput = self._require_started()[0]
         await self._ready_for_writes()
-        log_store = self.server.store
-        self._writes_open.clear()
-        try:
-            deadline = asyncio.get_running_loop().time() + self.config.ready_wait_s
-            while reput.applied_index < log_store.ledger_end_index:
-                remaining = deadline - asyncio.get_running_loop().time()
-                if remaining <= 0 or not await reput.wait_applied(log_store.ledger_end_index, remaining):
-                    return False
-            # The state as of the log's end, captured with no await since the
-            # check above; encoding it (a large pop state takes a while) runs
-            # in a thread, and the snapshot is appended only if nothing
-            # landed meanwhile (an append that was past the gate before it
-            # closed), so it sits right after the state it holds.
-            end = log_store.ledger_end_index
-            payload = capture_payload(self.managers)
-            body = await asyncio.to_thread(lambda: encode_system_entry(SystemKind.METADATA_SNAPSHOT, payload()))
-            if log_store.ledger_end_index != end:
-                return False
-            index, _, _ = await self.server.append([body], channel=CHANNEL_STATE_MACHINE)
-        finally:
-            self._writes_open.set()
-        log.info("metadata snapshot written at entry %d (%d bytes)", index, len(body))
+        if any(manager.restoring for manager in self.managers):
+            return False   # its state in memory is not yet as of what was applied
+        # No await between reading the index and the capture: the state is
+        # exactly that of entry `as_of` (the handlers have applied every
+        # entry up to it and none after). Writes wait only for this step,
+        # as they wait for any synchronous work on the loop.
+        as_of = reput.dispatched_index
+        payload = capture_payload(self.managers, as_of)
+        body = await asyncio.to_thread(encode_snapshot, payload)
+        index, _, _ = await self.server.append([body], channel=CHANNEL_STATE_MACHINE)
+        log.info("metadata snapshot written at entry %d, as of entry %d (%d bytes)", index, as_of, len(body))
         return True
 
     async def append_system_entry(self, kind: int, payload: dict[str, Any]) -> int:

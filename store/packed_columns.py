@@ -28,9 +28,16 @@ _SLICE = 65_536
 
 
 def pack_ints(values: Sequence[int], delta: bool = False) -> str:
-    if delta and values:
-        values = list(map(operator.sub, values, [0, *values[:-1]]))
-    column = array("q", values)
+    # By slices, as unpack_ints: one C call over a million values (the
+    # differences, the array) held the GIL for 30-100 ms, and with it the
+    # event loop while a worker thread encoded a snapshot.
+    column = array("q")
+    previous = 0
+    for start in range(0, len(values), _SLICE):
+        part = values[start:start + _SLICE]
+        if delta and part:
+            part, previous = list(map(operator.sub, part, [previous, *part[:-1]])), part[-1]
+        column.extend(part)
     if sys.byteorder == "big":
         column.byteswap()
     return _deflate(column.tobytes())

@@ -28,7 +28,7 @@ import asyncio
 import errno
 import logging
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from dledger.entry import CHANNEL_STATE_MACHINE, HEADER, HEADER_SIZE, MAGIC_NORMAL
 from dledger.server import DLedgerServer
@@ -115,6 +115,12 @@ class ReputMessageService:
     @property
     def applied_index(self) -> int:
         return self.progress.applied_index
+
+    @property
+    def dispatched_index(self) -> int:
+        """The last entry the handlers have applied (ahead of applied_index
+        only while derived files wait for disk space)."""
+        return self._dispatched
 
     def register(self, handler: SystemEntryHandler) -> None:
         for kind in handler.kinds:
@@ -340,6 +346,44 @@ class ReputMessageService:
             log.warning("entry %d: no handler for system entry kind %d; skipped", index, system.kind)
             return
         handler.apply(index, system.kind, system.payload)
+
+    def replay(self, first: int, last: int, handlers: Sequence[SystemEntryHandler]) -> None:
+        """Apply the system entries first..last of the handlers' kinds to
+        them again (a manager that adopted a metadata snapshot as of first-1;
+        see store/metadata_snapshot.py). Entries that applied once apply again,
+        so a failure here is a bug: logged, never a stopped loop."""
+        log_store = self.server.store
+        if first < log_store.ledger_begin_index:
+            # Retention keeps every entry after the latest snapshot's asOf;
+            # what it may have taken here held nothing for these handlers.
+            log.warning("entries %d..%d are no longer in the log: applying again from %d", first,
+                        log_store.ledger_begin_index - 1, log_store.ledger_begin_index)
+            first = log_store.ledger_begin_index
+        start = first
+        while start <= last:
+            data, count = log_store.read_raw(start, self.batch_bytes, last - start + 1)
+            if count == 0:
+                break
+            self._replay_run(memoryview(data), count, handlers)
+            start += count
+
+    def _replay_run(self, data: memoryview, count: int, handlers: Sequence[SystemEntryHandler]) -> None:
+        at = 0
+        unpack = HEADER.unpack_from
+        for _ in range(count):
+            magic, size, index, _, _, channel, _, _, _ = unpack(data, at)
+            body = data[at + HEADER_SIZE:at + size]
+            at += size
+            ours = channel == CHANNEL_STATE_MACHINE or self.legacy_untagged_entries
+            if magic != MAGIC_NORMAL or not ours or len(body) < 8 or codec.peek_magic(body) != SYSTEM_MAGIC_CODE:
+                continue
+            try:
+                system = decode_system_entry(body)
+                for handler in handlers:
+                    if system.kind in handler.kinds:
+                        handler.apply(index, system.kind, system.payload)
+            except Exception as error:  # noqa: BLE001 - see replay
+                log.error("entry %d: applying it again after a metadata snapshot failed: %s", index, error)
 
     def _note_raw(self, index: int) -> None:
         self.raw_entries += 1

@@ -39,8 +39,8 @@ class SystemKind(IntEnum):
     GROUP_UPDATE = 3
     GROUP_DELETE = 4
     CONSUMER_OFFSETS = 5
-    # The whole state of every ConfigManager as of the entry before it (see
-    # store/metadata_snapshot.py).
+    # The whole state of every ConfigManager as of the entry its asOf names
+    # (older ones: the entry before it); see store/metadata_snapshot.py.
     METADATA_SNAPSHOT = 6
     # Kinds from 100 belong to the broker (delay offsets, transactions, pop
     # state); the store only routes them to the handler that registered them.

@@ -194,3 +194,24 @@ def test_offsets_come_from_the_latest_snapshot_and_the_commits_after_it(spark_se
 
     # "old" was committed before the snapshot and is not in it: the snapshot replaced the table.
     assert offsets == {("g", "T", 0): 4, ("h", "T", 1): 8}
+
+
+def test_commits_after_a_snapshots_as_of_count_even_when_it_lands_after_them(spark_session):
+    from spark.consumer_lag import committed_offsets
+
+    def system(index: int, kind: str, payload: dict) -> tuple:
+        return index, "system", kind, json.dumps(payload).encode()
+
+    # The snapshot at 4 holds the table as of entry 2; the commit at 3 landed
+    # while it was encoded and is not in it, but counts (as on a replica).
+    entries = spark_session.createDataFrame([
+        system(1, "CONSUMER_OFFSETS", {"offsets": [["g", "T", 0, 3], ["old", "T", 1, 9]]}),
+        system(3, "CONSUMER_OFFSETS", {"offsets": [["g", "T", 0, 6]]}),
+        system(4, "METADATA_SNAPSHOT", {"asOf": 2, "managers": {"consumerOffset.json": {"offsetTable": {
+            "T@g": {"0": 4}}}}}),
+        system(5, "CONSUMER_OFFSETS", {"offsets": [["h", "T", 1, 8]]}),
+    ], "index long, kind string, system_kind string, body binary")
+
+    offsets = {(r["group"], r["topic"], r["queue_id"]): r["offset"] for r in committed_offsets(entries).collect()}
+
+    assert offsets == {("g", "T", 0): 6, ("h", "T", 1): 8}

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import replace
+from typing import Callable
 
 from store.codec import MessageExt
 from store.config import MessageStoreConfig
+from store.config_manager import ConfigManager
 from store.message_store import MessageStore
 from store.socket_address import SocketAddress
 from store.topic_config import TopicConfig
@@ -25,9 +27,12 @@ STEADY = dict(heartbeat_interval_s=0.05, election_timeout_min_s=0.4, election_ti
 
 
 class StoreCluster(Cluster):
-    def __init__(self, base_dir: str, size: int = 3, store: dict | None = None, **overrides: object) -> None:
+    def __init__(self, base_dir: str, size: int = 3, store: dict | None = None,
+                 managers: Callable[[str], list[ConfigManager]] | None = None, **overrides: object) -> None:
         super().__init__(base_dir, size, **{**STEADY, **overrides})
         self.store_settings = {**SMALL_STORE, **(store or {})}
+        # Extra state machines per store, made from its config dir (as the broker adds its own).
+        self.managers = managers
         self.stores: dict[str, MessageStore] = {}
 
     async def start(self, node: str | None = None) -> None:
@@ -36,6 +41,8 @@ class StoreCluster(Cluster):
             config = MessageStoreConfig(store_dir=os.path.join(self.configs[node_id].data_dir, "store"),
                                         **self.store_settings)  # type: ignore[arg-type]
             store = MessageStore(config, self.servers[node_id], SocketAddress("127.0.0.1", 30000 + int(node_id[1:])))
+            for manager in self.managers(config.config_dir) if self.managers else []:
+                store.add_manager(manager)
             await store.start()
             self.stores[node_id] = store
 

@@ -468,3 +468,48 @@ async def test_a_replica_lacking_the_state_decodes_a_snapshot_off_the_event_loop
     await replica.restored()
     assert not replica.restoring and replica.applied_index == 12
     assert replica.encode() == leader.encode()
+
+
+def test_lease_offsets_sorted_by_slices_are_in_order_whatever_the_insertion_order():
+    import random
+
+    from broker.consumer.pop_state import _SORT_SLICE, _sorted_keys
+    rising = {offset: None for offset in range(3 * _SORT_SLICE + 5)}
+    assert _sorted_keys(rising) == sorted(rising)
+    shuffled = list(range(2 * _SORT_SLICE + 7))
+    random.Random(7).shuffle(shuffled)
+    resent = {**{o: None for o in range(100, 2 * _SORT_SLICE)}, 3: None, 1: None}   # old offsets re-granted last
+    for mapping in ({o: None for o in shuffled}, resent, {}):
+        assert _sorted_keys(mapping) == sorted(mapping)
+
+
+async def test_a_replica_adopting_a_snapshot_as_of_an_earlier_entry_gets_the_ops_after_it_once(tmp_path):
+    # The leader captured its state as of entry 10 and appended the snapshot
+    # at 13; the acks at 11 and 12 landed meanwhile. A replica that adopts it
+    # (in a worker thread) must apply them again after the state as of 10,
+    # in order, before the ops after the snapshot.
+    from store.metadata_snapshot import MetadataSnapshotHandler, capture_payload
+    leader = PopStateManager(str(tmp_path / "leader"))
+    pop(leader, 10, messages(10))
+    leader.queue(G, T, 0).restore({o: Lease(10, NOW + o, 1) for o in range(50_000)})
+    payload = capture_payload([leader], as_of=10)()
+    log = {11: AckOp(G, T, 0, [(0, 10), (1, 10)]), 12: AckOp(G, T, 0, [(5, 10)])}
+    replica = PopStateManager(str(tmp_path / "replica"))
+
+    def replay(first: int, last: int, managers) -> None:
+        for index in range(first, last + 1):
+            for manager in managers:
+                apply(manager, index, log[index])
+
+    handler = MetadataSnapshotHandler([replica], replay)
+    handler.start(-1, log_lost_entries=True)
+    for index, op in log.items():
+        apply(leader, index, op)
+        apply(replica, index, op)            # on the state it had before (none)
+    handler.apply(13, 200, payload)
+    assert replica.restoring
+    for manager in (leader, replica):
+        apply(manager, 14, AckOp(G, T, 0, [(7, 10)]))
+    await replica.restored()
+    assert replica.applied_index == 14 and replica.lease_of(G, T, 0, 0) is None
+    assert replica.encode() == leader.encode()
