@@ -213,6 +213,14 @@ class SendService:
             await self.transactions.ensure_topic()
 
     async def _put(self, fresh: list[_Pending], entries: list[spb.SendResultEntry | None]) -> None:
+        """The put runs to its end even when the call that asked for it is
+        cancelled (the client's deadline): once written, its outcome must be
+        recorded (the id remembered, or the doubt noted), else the client's
+        retry in this term would find neither and store the message twice."""
+        task = asyncio.ensure_future(self._put_to_end(fresh, entries))
+        await asyncio.shield(task)
+
+    async def _put_to_end(self, fresh: list[_Pending], entries: list[spb.SendResultEntry | None]) -> None:
         loop = asyncio.get_running_loop()
         futures = {p.key: loop.create_future() for p in fresh}
         self._sending.update(futures)

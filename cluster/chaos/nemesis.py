@@ -47,6 +47,9 @@ PROBE_INTERVAL_S = 0.1
 PROBE_TIMEOUT_S = 3.0
 # How long to look for a leader before a "leader" fault picks a node at random.
 LEADER_SEARCH_S = 3.0
+# A scrubber pass over a chaos run's log (about 150 MiB at 8 MiB/s) takes
+# about 20 s: a node's damage counts as unrepaired at least this long.
+DAMAGE_FOUND_WITHIN_S = 30.0
 
 
 @dataclass
@@ -64,8 +67,10 @@ class Nemesis:
         self.workload = workload
         self.admin = admin
         self._probe_count = 0
-        # Nodes whose data a fault destroyed, until they say they are whole again.
-        self._damaged: set[str] = set()
+        # Nodes whose data a fault destroyed (and when), until they say they
+        # are whole again: not before DAMAGE_FOUND_WITHIN_S, as a flipped bit
+        # in a running node waits for its scrubber to come by.
+        self._damaged: dict[str, float] = {}
         self._injectors: dict[str, Callable[[random.Random], Awaitable[ActiveFault]]] = {
             KILL_LEADER: self.kill_leader, KILL_RANDOM: self.kill_random, CRASH_WRITE: self.crash_write,
             ISOLATE_LEADER: self.isolate_leader, SPLIT: self.split, ONE_WAY: self.one_way,
@@ -156,14 +161,16 @@ class Nemesis:
         staying a minority, or (none) a window that says the fault was skipped."""
         running = self._running()
         answers = await asyncio.gather(*(self.admin.metadata(self.cluster.addresses[n]) for n in running))
+        now = self.history.now()
         for node, meta in zip(running, answers):
-            if meta is not None and not meta.repairing and meta.cluster_id:
-                self._damaged.discard(node)
+            if meta is not None and not meta.repairing and meta.cluster_id \
+                    and now - self._damaged.get(node, -DAMAGE_FOUND_WITHIN_S) >= DAMAGE_FOUND_WITHIN_S:
+                self._damaged.pop(node, None)
         tolerated = (len(self.cluster.ids) - 1) // 2
-        eligible = [n for n in running if len(self._damaged | {n}) <= tolerated]
+        eligible = [n for n in running if len(self._damaged.keys() | {n}) <= tolerated]
         if eligible:
             node = rng.choice(eligible)
-            self._damaged.add(node)
+            self._damaged[node] = now
             return node
         window = self.history.fault_started(kind, (), f"skipped: {','.join(sorted(self._damaged))} not yet "
                                                       "repaired (a majority would have no intact copy)")

@@ -209,3 +209,34 @@ async def test_a_retry_of_a_delayed_message_due_by_then_is_answered_not_stored(c
     await asyncio.sleep(0.5)
     await cluster.wait_applied()
     assert copies(cluster, leader, "Later").count(b"once") == 1
+
+
+async def test_a_retry_after_the_first_call_was_cancelled_mid_put_is_answered_not_stored(tmp_path):
+    # The client's deadline ends the first SendMessage (gRPC cancels its
+    # handler) while the put waits for a slow quorum: the entry is written.
+    # The retry, same leader, same term, before the first copy commits, must
+    # find it (found by the 10-minute broker chaos run: 16 such duplicates).
+    cluster = BrokerCluster(str(tmp_path), max_wait_ack_s=5.0, election_timeout_min_s=3.0,
+                            election_timeout_max_s=4.0)
+    await cluster.start()
+    try:
+        leader = await cluster.wait_leader()
+        broker = cluster.brokers[leader]
+        await broker.sender.send([protocol_message("Cancelled", b"warm-up")])
+        await cluster.wait_applied()
+        message = protocol_message("Cancelled", b"once")
+        term = cluster.servers[leader].member_state.term
+        cluster.network.isolate(leader)
+        first = asyncio.ensure_future(broker.sender.send([message]))
+        await asyncio.sleep(0.3)                                # written, waiting for a quorum
+        first.cancel()                                          # the caller's deadline
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        cluster.network.heal()
+        again = await broker.sender.send([message])             # the producer's retry
+        assert cluster.servers[leader].member_state.term == term
+        assert again.status.code == pb.OK, again.status
+        await cluster.wait_applied()
+        assert copies(cluster, leader, "Cancelled").count(b"once") == 1
+    finally:
+        await cluster.stop()
