@@ -73,6 +73,12 @@ def build_image(tag: str) -> float:
 
 
 @dataclass
+class BuiltImage:
+    tag: str
+    build_s: float
+
+
+@dataclass
 class ComposeProject:
     image: str
     # `DLEDGER_` settings for every node on top of the compose file's, through

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError, ResponseCode
 from store.codec import MESSAGE_MAGIC_CODES, peek_magic
 from store.system_entry import SYSTEM_MAGIC_CODE
-from tests.docker.compose import NODE_IDS, ComposeProject, build_image, docker_unavailable_reason, run
+from tests.docker.compose import NODE_IDS, BuiltImage, ComposeProject, docker_unavailable_reason, run
 
 SKIP_REASON = docker_unavailable_reason()
 pytestmark = [
@@ -164,23 +163,6 @@ async def check_replicas(client: DLedgerClient, produced: list[Produced], absent
     stored_absent = set(absent).intersection(bodies)
     assert not stored_absent, f"committed although never acknowledged: {sorted(stored_absent)}"
     return len(reference)
-
-
-@dataclass
-class BuiltImage:
-    tag: str
-    build_s: float
-
-
-@pytest.fixture
-def image() -> Iterator[BuiltImage]:
-    """The node image under a tag of this run's own (the layers are shared
-    with `make image`'s, so removing the tag afterwards costs nothing)."""
-    tag = f"pydledger:e2e-{secrets.token_hex(4)}"
-    try:
-        yield BuiltImage(tag, build_image(tag))
-    finally:
-        run("docker", "rmi", tag, check=False)
 
 
 @pytest.fixture

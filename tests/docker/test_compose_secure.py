@@ -13,7 +13,7 @@ from cluster import certs
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError
 from dledger.rpc.credentials import ClientSecurity
-from tests.docker.compose import NODE_IDS, ROOT, ComposeProject, build_image, docker_unavailable_reason, run
+from tests.docker.compose import NODE_IDS, ROOT, BuiltImage, ComposeProject, docker_unavailable_reason, run
 
 SKIP_REASON = docker_unavailable_reason()
 pytestmark = [
@@ -38,10 +38,8 @@ def secure_dir(base: Path, servers: list[str]) -> Path:
     return out
 
 
-def test_the_secure_compose_cluster_serves_signed_tls_clients_only(tmp_path: Path) -> None:
-    tag = f"pydledger:e2e-secure-{os.getpid()}"
-    build_image(tag)
-    project = ComposeProject(tag, compose_file=ROOT / "deploy" / "docker-compose.secure.yml")
+def test_the_secure_compose_cluster_serves_signed_tls_clients_only(image: BuiltImage, tmp_path: Path) -> None:
+    project = ComposeProject(image.tag, compose_file=ROOT / "deploy" / "docker-compose.secure.yml")
     project.compose_env["PYDLEDGER_SECURE_DIR"] = str(secure_dir(tmp_path, project.servers))
     ca = (tmp_path / "secure" / "ca.pem").read_bytes()
     try:
@@ -50,7 +48,6 @@ def test_the_secure_compose_cluster_serves_signed_tls_clients_only(tmp_path: Pat
         asyncio.run(_check(project.servers, ca))
     finally:
         project.down()
-        run("docker", "rmi", tag, check=False)
 
 
 async def _check(servers: list[str], ca: bytes) -> None:
