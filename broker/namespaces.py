@@ -15,12 +15,13 @@ rewrote and forwarded to the leader comes out the same. System resources
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Callable
 
 import grpc
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from broker.auth.acl import NAMESPACE_SEPARATOR
+from broker.method_wrapping import MethodWrappingInterceptor
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 
 NAMESPACE_HEADER = "x-mq-namespace"
@@ -93,23 +94,14 @@ def namespace_of(context: grpc.aio.ServicerContext) -> str:
     return ""
 
 
-class NamespaceInterceptor(grpc.aio.ServerInterceptor):
+class NamespaceInterceptor(MethodWrappingInterceptor):
     """Rewrites the messaging service's requests and answers (see above)."""
 
-    def __init__(self) -> None:
-        self._wrapped: dict[str, Any] = {}
+    def wraps(self, method: str) -> bool:
+        return method.startswith(MESSAGING_PREFIX)
 
-    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
-                                details: grpc.HandlerCallDetails) -> Any:
-        method = details.method
-        wrapped = self._wrapped.get(method)
-        if wrapped is not None:
-            return wrapped
-        handler = await continuation(details)
-        if handler is None or not method.startswith(MESSAGING_PREFIX):
-            return handler
-        wrapped = self._wrapped[method] = _rewriting(handler)
-        return wrapped
+    def wrap(self, method: str, handler: Any) -> Any:
+        return _rewriting(handler)
 
 
 def _rewriting(h: Any) -> Any:

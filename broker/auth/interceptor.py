@@ -20,7 +20,7 @@ bootstrap super user, whose secret every member holds.
 from __future__ import annotations
 
 import inspect
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator
 
 import grpc
 from google.protobuf import message_factory
@@ -29,6 +29,7 @@ from broker.auth.acl import CLUSTER, Action, User
 from broker.auth.authn import AuthFailure
 from broker.auth.guard import AccessGuard
 from broker.auth.requirements import MESSAGING, REQUIREMENTS, telemetry_requirements
+from broker.method_wrapping import MethodWrappingInterceptor
 from dledger.rpc.credentials import AUTHORIZATION, DATE_TIME
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
@@ -60,24 +61,16 @@ def source_ip(context: grpc.aio.ServicerContext) -> str:
     return ""
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
+class AuthInterceptor(MethodWrappingInterceptor):
     def __init__(self, guard: AccessGuard) -> None:
+        super().__init__()
         self.guard = guard
-        # method -> its checked handler, built once (servicers' handlers do
-        # not change while the server runs).
-        self._wrapped: dict[str, Any] = {}
 
-    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
-                                details: grpc.HandlerCallDetails) -> Any:
-        method = details.method
-        wrapped = self._wrapped.get(method)
-        if wrapped is not None:
-            return wrapped
-        handler = await continuation(details)
-        if handler is None or method.startswith(EXEMPT_PREFIXES):
-            return handler
-        wrapped = self._wrapped[method] = _Checked(self.guard, method, handler).wrapped()
-        return wrapped
+    def wraps(self, method: str) -> bool:
+        return not method.startswith(EXEMPT_PREFIXES)
+
+    def wrap(self, method: str, handler: Any) -> Any:
+        return _Checked(self.guard, method, handler).wrapped()
 
 
 class _Checked:

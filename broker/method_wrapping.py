@@ -1,0 +1,33 @@
+"""A server interceptor that replaces some methods' handlers by wrapped ones,
+each built once per method (a servicer's handlers do not change while the
+server runs). Authentication and namespaces are both such interceptors."""
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+import grpc
+
+
+class MethodWrappingInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self) -> None:
+        self._wrapped: dict[str, Any] = {}
+
+    def wraps(self, method: str) -> bool:
+        """Whether `method`'s handler is to be wrapped."""
+        raise NotImplementedError
+
+    def wrap(self, method: str, handler: Any) -> Any:
+        """The handler that stands for `handler`."""
+        raise NotImplementedError
+
+    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+                                details: grpc.HandlerCallDetails) -> Any:
+        method = details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is not None:
+            return wrapped
+        handler = await continuation(details)
+        if handler is None or not self.wraps(method):
+            return handler
+        wrapped = self._wrapped[method] = self.wrap(method, handler)
+        return wrapped
