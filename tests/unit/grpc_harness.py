@@ -27,10 +27,11 @@ class Node:
     address: str
     grpc_server: grpc.aio.Server | None = None
 
-    async def serve(self) -> None:
-        """(Re)start the node's gRPC server on its port."""
+    async def serve(self, servicer: type[DLedgerServicer] = DLedgerServicer) -> None:
+        """(Re)start the node's gRPC server on its port (with another servicer
+        class: a node of an earlier version, say)."""
         self.grpc_server = grpc.aio.server()
-        dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(DLedgerServicer(self.server, os.getpid(), ""),
+        dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer(self.server, os.getpid(), ""),
                                                               self.grpc_server)
         self.grpc_server.add_insecure_port(self.address)
         await self.grpc_server.start()

@@ -75,12 +75,9 @@ async def test_a_server_of_an_earlier_version_without_append_stream_gets_unary_a
     """A rolling upgrade: the client meets a leader that answers AppendStream
     with UNIMPLEMENTED, and appends by unary calls instead, each caller still
     with its own indexes."""
-    import os
-
     import grpc
 
     from dledger.rpc.service import DLedgerServicer
-    from rpcgen import dledger_pb2_grpc
 
     class EarlierVersion(DLedgerServicer):
         async def AppendStream(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
@@ -91,11 +88,7 @@ async def test_a_server_of_an_earlier_version_without_append_stream_gets_unary_a
         await wait_for(lambda: leader_of(nodes) is not None)
         for node in nodes.values():
             await node.unserve()
-            node.grpc_server = grpc.aio.server()
-            dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(EarlierVersion(node.server, os.getpid(), ""),
-                                                                  node.grpc_server)
-            node.grpc_server.add_insecure_port(node.address)
-            await node.grpc_server.start()
+            await node.serve(EarlierVersion)
         async with DLedgerClient([node.address for node in nodes.values()]) as client:
             await client.leader()
             bodies = [f"caller {i}".encode() for i in range(20)]

@@ -101,12 +101,9 @@ async def test_a_follower_of_an_earlier_version_without_peer_stream_is_replicate
     """A rolling upgrade mixes versions: a node whose server has no PeerStream
     (it answers UNIMPLEMENTED) is sent unary Push and HeartBeat calls, and
     catches up like the others."""
-    import os
-
     import grpc
 
     from dledger.rpc.service import DLedgerServicer
-    from rpcgen import dledger_pb2_grpc
 
     class EarlierVersion(DLedgerServicer):
         async def PeerStream(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
@@ -118,11 +115,7 @@ async def test_a_follower_of_an_earlier_version_without_peer_stream_is_replicate
         old_id = next(n for n in nodes if n != leader_of(nodes))
         old = nodes[old_id]
         await old.unserve()
-        old.grpc_server = grpc.aio.server()
-        dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(EarlierVersion(old.server, os.getpid(), ""),
-                                                              old.grpc_server)
-        old.grpc_server.add_insecure_port(old.address)
-        await old.grpc_server.start()
+        await old.serve(EarlierVersion)
         leader = nodes[leader_of(nodes)]
         last = await append(leader, 20)
         await wait_for(lambda: holds(old, last), timeout=15)
