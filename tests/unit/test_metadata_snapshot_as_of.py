@@ -113,17 +113,23 @@ async def test_entries_landing_while_a_snapshot_is_encoded_count_once_on_a_repli
         await store.commit_offsets([("G", "T", 0, 11)])
 
         # Retention takes the entries that made T and the first counts, and
-        # keeps everything after the snapshot's asOf.
+        # keeps everything after the snapshot's asOf, on the leader and on the
+        # victim: each node runs its own retention on its own timer, and when
+        # only the victim's store is lost its log must already be cut too (or
+        # T would come back from the victim's own log, not the snapshot).
         leader = await c.wait_leader()
+        victim = next(node for node in c.servers if node != leader)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 15
-        while c.servers[leader].store.ledger_begin_index <= created_at and loop.time() < deadline:
+        cut = (leader, victim)
+        while (any(c.servers[node].store.ledger_begin_index <= created_at for node in cut)
+               and loop.time() < deadline):
             await store.put_messages([message("T", os.urandom(1000)) for _ in range(4)])
             await asyncio.sleep(0.1)
-        begin = c.servers[leader].store.ledger_begin_index
-        assert created_at < begin <= as_of + 1, "retention did not cut the log where this test needs it"
+        for node in cut:
+            begin = c.servers[node].store.ledger_begin_index
+            assert created_at < begin <= as_of + 1, f"retention did not cut {node}'s log where this test needs it"
 
-        victim = next(node for node in c.servers if node != leader)
         await c.stop(victim)
         lost_dir = c.configs[victim].data_dir
         shutil.rmtree(lost_dir if lost == "disk" else os.path.join(lost_dir, "store"))
