@@ -5,17 +5,13 @@ derived message ids); bad rows fail with their topic and index, or are
 skipped and counted; overwrite is refused."""
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 
 from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
-from spark.live_log import committed_bounds, live_entries
 from spark.options import OptionError
-from spark.partitions import LiveRange
-from spark.row_builder import scanned_record_batches
 from spark.sink import BadRowError, SinkOptions, _Writer
-from tests.spark.helpers import run
+from tests.spark.helpers import run, topic_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
 NODE_ARGS = ["--data-file-size", str(16 << 20), "--index-file-size", str(1 << 20), "--preallocate", "false"]
@@ -32,15 +28,6 @@ def servers(tmp_path_factory) -> str:
     run(leader())
     yield ",".join(cluster.addresses.values())
     cluster.stop_all()
-
-
-def topic_rows(servers: str, topic: str) -> list[dict]:
-    """The messages of `topic` in the committed log, read live."""
-    addresses = tuple(servers.split(","))
-    begin, committed = committed_bounds(addresses, "default")
-    part = LiveRange(addresses, "default", begin, committed)
-    batches = list(scanned_record_batches(live_entries(part), frozenset({topic})))
-    return pa.Table.from_batches(batches).to_pylist() if batches else []
 
 
 def sink_options(servers: str, topic: str, **extra: str):  # noqa: ANN201
