@@ -36,6 +36,7 @@ import datetime
 import hashlib
 import logging
 import uuid
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,12 +44,20 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import (ArrayType, BinaryType, LongType, MapType, StringType, StructType, TimestampType)
 
+from broker.client.errors import BadRequestError, NotFoundError, PayloadTooLargeError
 from dledger.client import parse_servers
 from spark.options import OptionError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 500
+# What the broker (or the client's own check) says about one message: the
+# row is at fault. Every other error (unavailable past the client's retries,
+# an unknown outcome, forbidden) is the task's, which fails and is retried.
+BAD_ROW_ERRORS = (BadRequestError, NotFoundError, PayloadTooLargeError)
+# Batches sent and not yet answered, per task: enough to keep the producer's
+# calls (4 in flight, broker/client/producer.py) full.
+BATCHES_IN_FLIGHT = 4
 SINK_OPTIONS = ("servers", "topic", "onBadRow", "batchSize", "failFirstAttemptAfterRows", "path")
 # What Spark itself hands a stream sink among its options.
 SPARK_OPTIONS = ("checkpointLocation",)
@@ -111,6 +120,18 @@ def _check_columns(schema: StructType) -> None:
                               f"{' or '.join(t.__name__.replace('Type', '').lower() for t in COLUMN_TYPES[field.name])}")
 
 
+@dataclass
+class _Progress:
+    sent: int = 0
+    skipped: int = 0
+
+
+@dataclass(frozen=True)
+class _SentBatch:
+    items: list[tuple[int, Any]]            # (row position, message)
+    futures: list["asyncio.Future[Any]"]
+
+
 @dataclass(frozen=True)
 class SinkCommit(WriterCommitMessage):
     partition: int
@@ -140,48 +161,56 @@ class _Writer:
         return _LoopThread.run(self._send_all(rows, write_id, partition, attempt))
 
     async def _send_all(self, rows: Iterable[Any], write_id: str, partition: int, attempt: int) -> SinkCommit:
-        from broker.client.errors import ClientError
+        """Rows -> messages, `batch_size` at a time, with up to
+        BATCHES_IN_FLIGHT batches sent and not yet answered: the producer's
+        calls stay full while the next rows are turned into messages."""
         from broker.client.producer import Producer
 
-        sent = skipped = 0
+        progress = _Progress()
+        in_flight: deque[_SentBatch] = deque()
         async with Producer(self.options.servers) as producer:
-            batch: list[tuple[int, Any]] = []
-            for position, row in enumerate(rows):
-                try:
-                    message = self._message(row, write_id, partition, position)
-                    producer.check(message)
-                except (BadRowError, ClientError) as error:
-                    skipped += self._bad(row, position, partition, error)
-                    continue
-                batch.append((position, message))
-                if len(batch) >= self.options.batch_size:
-                    sent, skipped = await self._send(producer, batch, partition, sent, skipped, attempt)
-                    batch = []
-            if batch:
-                sent, skipped = await self._send(producer, batch, partition, sent, skipped, attempt)
-        return SinkCommit(partition, sent, skipped)
+            try:
+                batch: list[tuple[int, Any]] = []
+                for position, row in enumerate(rows):
+                    try:
+                        message = self._message(row, write_id, partition, position)
+                        producer.check(message)
+                    except (BadRowError, *BAD_ROW_ERRORS) as error:
+                        progress.skipped += self._bad(row, position, partition, error)
+                        continue
+                    batch.append((position, message))
+                    if len(batch) >= self.options.batch_size:
+                        in_flight.append(_SentBatch(batch, producer.send_many([m for _, m in batch])))
+                        batch = []
+                        while len(in_flight) >= BATCHES_IN_FLIGHT:
+                            await self._answered(in_flight.popleft(), partition, progress, attempt)
+                if batch:
+                    in_flight.append(_SentBatch(batch, producer.send_many([m for _, m in batch])))
+                while in_flight:
+                    await self._answered(in_flight.popleft(), partition, progress, attempt)
+            finally:
+                for sent in in_flight:  # a failure: what is still in flight is not waited for
+                    for future in sent.futures:
+                        future.cancel()
+        return SinkCommit(partition, progress.sent, progress.skipped)
 
-    async def _send(self, producer: Any, batch: list[tuple[int, Any]], partition: int, sent: int, skipped: int,
-                    attempt: int) -> tuple[int, int]:
-        from broker.client.errors import ClientError
-
-        by_topic: dict[str, list[tuple[int, Any]]] = {}
-        for position, message in batch:
-            by_topic.setdefault(message.topic, []).append((position, message))
-        for topic, items in by_topic.items():
-            results = await asyncio.gather(*(producer.send_async(m) for _, m in items), return_exceptions=True)
-            for (position, message), result in zip(items, results):
-                if isinstance(result, ClientError):
-                    skipped += self._bad(message, position, partition, result, topic)
-                elif isinstance(result, BaseException):
-                    raise result
-                else:
-                    sent += 1
-                limit = self.options.fail_first_attempt_after
-                if limit is not None and attempt == 0 and sent >= limit:
-                    raise RuntimeError(f"failFirstAttemptAfterRows: attempt 0 of partition {partition} stops "
-                                       f"after {sent} rows, as asked")
-        return sent, skipped
+    async def _answered(self, sent: "_SentBatch", partition: int, progress: "_Progress", attempt: int) -> None:
+        """Wait for one batch's receipts. A refused message (the broker's
+        4xx: bad topic, body, properties ...) is a bad row; anything else
+        (the cluster unavailable past the client's retries, an unknown
+        outcome) fails the task, whose retry sends the same message ids."""
+        results = await asyncio.gather(*sent.futures, return_exceptions=True)
+        for (position, message), result in zip(sent.items, results):
+            if isinstance(result, BAD_ROW_ERRORS):
+                progress.skipped += self._bad(message, position, partition, result, message.topic)
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                progress.sent += 1
+            limit = self.options.fail_first_attempt_after
+            if limit is not None and attempt == 0 and progress.sent >= limit:
+                raise RuntimeError(f"failFirstAttemptAfterRows: attempt 0 of partition {partition} stops "
+                                   f"after {progress.sent} rows, as asked")
 
     def _bad(self, row: Any, position: int, partition: int, error: Exception, topic: str | None = None) -> int:
         topic = topic or _get(row, "topic") or self.options.topic

@@ -63,12 +63,13 @@ def compose_command() -> list[str] | None:
     return None
 
 
-def build_image(tag: str) -> float:
-    """`make image`'s script, tagging only `tag` (not pydledger:latest, which
-    a developer's own cluster may be using); returns the seconds it took."""
+def build_image(tag: str, script: str = "build-image.sh", **env_vars: str) -> float:
+    """`make image`'s script (or `make image-spark`'s), tagging only `tag`
+    (not :latest, which a developer's own cluster may be using); returns the
+    seconds it took."""
     started = time.monotonic()
-    env = dict(os.environ, PYTHON=sys.executable, IMAGE=tag, TAG_LATEST="no")
-    run(str(ROOT / "deploy" / "build-image.sh"), env=env, timeout=900)
+    env = dict(os.environ, PYTHON=sys.executable, IMAGE=tag, TAG_LATEST="no", **env_vars)
+    run(str(ROOT / "deploy" / script), env=env, timeout=900)
     return time.monotonic() - started
 
 
@@ -92,11 +93,15 @@ class ComposeProject:
     compose_file: Path = COMPOSE_FILE
     # Variables the compose file itself reads (PYDLEDGER_SECURE_DIR, ...).
     compose_env: dict[str, str] = field(default_factory=dict)
+    # Compose profiles to enable (the `spark` services).
+    profiles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         command = compose_command()
         assert command is not None
         self.command = command + ["--project-name", self.name, "--file", str(self.compose_file)]
+        for profile in self.profiles:
+            self.command += ["--profile", profile]
         if self.node_env:
             assert self.override_dir is not None, "node_env needs a directory for the override file"
             override = self.override_dir / f"{self.name}.override.yml"
