@@ -60,7 +60,7 @@ BAD_ROW_ERRORS = (BadRequestError, NotFoundError, PayloadTooLargeError)
 BATCHES_IN_FLIGHT = 4
 SINK_OPTIONS = ("servers", "topic", "onBadRow", "batchSize", "failFirstAttemptAfterRows", "path")
 # What Spark itself hands a stream sink among its options.
-SPARK_OPTIONS = ("checkpointLocation",)
+SPARK_OPTIONS = ("checkpointLocation", "queryName")
 # column -> the Spark types it may have
 COLUMN_TYPES: Mapping[str, tuple[type, ...]] = {
     "body": (BinaryType, StringType), "topic": (StringType,), "keys": (StringType, ArrayType),
