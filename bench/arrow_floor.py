@@ -36,9 +36,9 @@ def sample_batch(corpus: str) -> pa.RecordBatch:
 
         options = SourceOptions.parse({"path": corpus})
         log = FileLog(options)
-        begin, _ = log.bounds()
+        begin, committed = log.bounds()
         batches = []
-        for part in log.plan(begin, begin + SAMPLE_ROWS - 1):
+        for part in log.plan(begin, min(committed, begin + SAMPLE_ROWS - 1)):
             batches.extend(read_partition(part, options))
         _sample[corpus] = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
     return _sample[corpus]
