@@ -81,6 +81,16 @@ class PrebuiltReader(DataSourceReader):
         return repeated(self.corpus, partition.rows)
 
 
+def map_in_arrow_available() -> bool:
+    """PySpark 4.3's mapInArrow refuses to run without pandas (>= 2.2)
+    installed, though it hands the function Arrow batches."""
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def floor_map_in_arrow(spark: Any, corpus: str, rows: int, partitions: int) -> Any:
     """The same batches through DataFrame.mapInArrow over one row per partition."""
     share = rows // partitions

@@ -211,8 +211,12 @@ def bench_spark(corpus: str, info: dict[str, Any], decodes: tuple[str, ...], run
             parts = frames[f"spark_{decodes[0]}"]().rdd.getNumPartitions()
             frames["spark_floor_source"] = lambda: spark.read.format("dledger_prebuilt").option("path", corpus) \
                 .option("rows", str(info["messages"])).option("partitions", str(parts)).load()
-            frames["spark_floor_map_in_arrow"] = lambda: arrow_floor.floor_map_in_arrow(
-                spark, corpus, info["messages"], parts)
+            if arrow_floor.map_in_arrow_available():
+                frames["spark_floor_map_in_arrow"] = lambda: arrow_floor.floor_map_in_arrow(
+                    spark, corpus, info["messages"], parts)
+            else:
+                print(json.dumps({"bench": "spark_floor_map_in_arrow", "skipped": "PySpark's mapInArrow "
+                                  "requires pandas, which this project does not install"}), flush=True)
         print(json.dumps({"bench": "plans", **{name: scan_plan(frame()) for name, frame in frames.items()}}),
               flush=True)
         jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
