@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 TRIGGER = "0.5 seconds"
+MAX_ENTRIES_PER_TRIGGER = 400
 MAX_LIFETIME_S = 300.0
 # Columns the Parquet sink keeps: enough to check indexes, queue order and bodies.
 COLUMNS = ("index", "topic", "queue_id", "queue_offset", "message_id", "body")
@@ -25,8 +26,10 @@ def start_queries(spark: Any, servers: str, topic: str, copy_topic: str, work_di
     """The live source into the Parquet file sink, and into the dledger sink
     feeding `copy_topic`, each on its own checkpoint under `work_dir`."""
     def source() -> Any:
+        # Bounded micro-batches: more of them, and a replayed one is a fixed range.
         return spark.readStream.format("dledger").option("servers", servers).option("topic", topic) \
-            .option("startingOffsets", "earliest").load()
+            .option("startingOffsets", "earliest").option("maxEntriesPerTrigger", str(MAX_ENTRIES_PER_TRIGGER)) \
+            .load()
 
     to_parquet = source().select(*COLUMNS).writeStream.format("parquet") \
         .option("path", str(work_dir / "out")).option("checkpointLocation", str(work_dir / "ck-parquet")) \
