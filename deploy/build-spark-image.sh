@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# Build the Spark image (`make image-spark` runs this) on top of the node image.
+# Build the Spark image (`make image-spark` runs this) from the node image.
 #
 #   PYTHON=.venv/bin/python NODE_IMAGE=pydledger:0.1.0 deploy/build-spark-image.sh
 #
 # 1. The node image: NODE_IMAGE when the engine has it, else deploy/build-image.sh makes it.
-# 2. Wheels: pyspark (an sdist on PyPI, built here once; pip's cache keeps the
-#    built wheel), py4j and pyarrow, at the versions pyproject.toml's `spark`
-#    extra and deploy/constraints.txt pin, in build/spark-image/wheels.
-# 3. A Java 17 runtime: jlink from the host's JDK (the one Spark already needs
-#    here) makes build/spark-image/jre with just the modules Spark uses; it
-#    needs only glibc, libstdc++ and zlib, which every base image here has.
-# 4. `docker build --network none -f deploy/Dockerfile.spark`.
+# 2. The Spark runtime (deploy/Dockerfile.spark), which does not depend on the
+#    project's code: reused when an image with the same recipe (a hash of
+#    the pins, the Dockerfile, the JDK, the Java modules and the node
+#    image's base) exists; otherwise made from
+#    - wheels: pyspark (an sdist on PyPI, built here once; pip's cache keeps
+#      the built wheel), py4j and pyarrow, at the versions pyproject.toml's
+#      `spark` extra and deploy/constraints.txt pin, in build/spark-image/wheels;
+#    - a Java 17 runtime: jlink from the host's JDK (the one Spark already
+#      needs here) makes build/spark-image/jre with just the modules Spark
+#      uses; it needs only glibc, libstdc++ and zlib, which every base here has;
+#    and `docker build --network none` on the node image's base.
+# 3. The image (deploy/Dockerfile.spark-app, no context): the runtime plus
+#    the node image's virtualenv; seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +29,8 @@ CONTEXT=build/spark-image
 # Java modules the Spark master, workers, executors and driver load (Java SE,
 # sun.misc.Unsafe, the vector API Spark's launcher adds, EC crypto for TLS).
 JAVA_MODULES=java.se,jdk.unsupported,jdk.incubator.vector,jdk.crypto.ec,jdk.zipfs,jdk.management,jdk.naming.dns,jdk.security.auth
+
+RUNTIME_REPO=pydledger-spark-runtime
 
 say() { echo "spark-image: $*" >&2; }
 
@@ -83,23 +91,50 @@ build_jre() {
     say "Java $release runtime from $jdk: $(du -sh "$CONTEXT/jre" | cut -f1)"
 }
 
+node_base() {
+    docker image inspect --format '{{ index .Config.Labels "io.pydledger.base" }}' "$NODE_IMAGE"
+}
+
+recipe() {
+    # Everything the runtime is made of, without making it.
+    local base=$1 jdk
+    jdk=$(java_home)
+    { spark_requirements; cat deploy/Dockerfile.spark; echo "$JAVA_MODULES"; cat "$jdk/release";
+      docker image inspect --format '{{.Id}}' "$base"; } | sha256sum | cut -c1-16
+}
+
+build_runtime() {
+    local base=$1 runtime=$2
+    build_wheels
+    build_jre
+    # The install stage is tagged too, so that the build cache keeps it.
+    for target in "--target install --tag pydledger-build:spark-install" "--tag $runtime"; do
+        # shellcheck disable=SC2086
+        docker build --quiet --network none --file deploy/Dockerfile.spark \
+            --build-arg BASE_IMAGE="$base" $target "$CONTEXT" >/dev/null
+    done
+}
+
 main() {
-    local started=$SECONDS
+    local started=$SECONDS base runtime
     if ! docker image inspect "$NODE_IMAGE" >/dev/null 2>&1; then
         say "no $NODE_IMAGE yet: building the node image first"
         IMAGE=$NODE_IMAGE deploy/build-image.sh
     fi
-    build_wheels
-    build_jre
-    # The install stage is tagged too, so that the build cache keeps it (an
-    # untagged one is pruned below) and an unchanged wheel set is not reinstalled.
+    base=$(node_base)
+    [ -n "$base" ] || { say "$NODE_IMAGE has no io.pydledger.base label: rebuild it with deploy/build-image.sh"; exit 1; }
+    runtime="$RUNTIME_REPO:$(recipe "$base")"
+    if docker image inspect "$runtime" >/dev/null 2>&1; then
+        say "runtime $runtime is up to date; reusing it"
+    else
+        say "building the runtime $runtime on $base"
+        build_runtime "$base" "$runtime"
+    fi
     local tags="--tag $IMAGE"
     [ "$TAG_LATEST" = yes ] && tags="$tags --tag pydledger-spark:latest"
-    for target in "--target install --tag pydledger-build:spark-install" "$tags"; do
-        # shellcheck disable=SC2086
-        docker build --quiet --network none --file deploy/Dockerfile.spark \
-            --build-arg NODE_IMAGE="$NODE_IMAGE" $target "$CONTEXT" >/dev/null
-    done
+    # shellcheck disable=SC2086
+    docker build --quiet --network none --build-arg NODE_IMAGE="$NODE_IMAGE" \
+        --build-arg RUNTIME_IMAGE="$runtime" $tags - < deploy/Dockerfile.spark-app >/dev/null
     docker image prune --force --filter label=io.pydledger.stage >/dev/null
     say "built $IMAGE on $NODE_IMAGE in $((SECONDS - started)) s ($(docker image inspect --format '{{.Size}}' "$IMAGE" \
         | awk '{printf "%.0f MB", $1/1e6}'))"
