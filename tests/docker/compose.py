@@ -24,6 +24,10 @@ from cluster.process_cluster import free_ports
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "deploy" / "docker-compose.yml"
 NODE_IDS = ("n0", "n1", "n2")
+# Each node preallocates its first segments: DLedger's defaults (1 GiB of
+# data, 160 MiB of index) would take 3.5 GB of a CI machine's disk for a few
+# kilobytes of entries.
+SMALL_SEGMENTS = {"DLEDGER_DATA_FILE_SIZE": str(16 << 20), "DLEDGER_INDEX_FILE_SIZE": str(1 << 20)}
 PROJECT_LABEL = "com.docker.compose.project"
 
 
@@ -189,6 +193,16 @@ class ComposeProject:
 
     def logs(self, tail: int = 30) -> str:
         return self.compose("logs", "--no-color", "--tail", str(tail)).stdout
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator["ComposeProject"]:
+        """Up; on the way out, down, and nothing of the project may be left."""
+        try:
+            self.up()
+            yield self
+        finally:
+            self.down()
+            assert not self.leftovers(), f"compose project {self.name} left {self.leftovers()}"
 
     def down(self) -> None:
         """Remove every container, network and volume of the project, even

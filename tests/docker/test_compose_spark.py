@@ -23,7 +23,7 @@ import pytest
 from broker.client.message import Message
 from broker.client.producer import Producer
 from cluster.process_cluster import free_ports
-from tests.docker.compose import BuiltImage, ComposeProject, docker_unavailable_reason
+from tests.docker.compose import SMALL_SEGMENTS, BuiltImage, ComposeProject, docker_unavailable_reason
 
 SKIP_REASON = docker_unavailable_reason()
 pytestmark = [
@@ -33,7 +33,6 @@ pytestmark = [
     pytest.mark.timeout(1200),
 ]
 
-SMALL_SEGMENTS = {"DLEDGER_DATA_FILE_SIZE": str(16 << 20), "DLEDGER_INDEX_FILE_SIZE": str(1 << 20)}
 TOPICS = {"SparkOrders": 600, "SparkPayments": 250}
 WORKERS = 2
 REPLAY = ["dledger", "replay", "--master", "spark://spark-master:7077",
@@ -76,12 +75,8 @@ def project(image: BuiltImage, spark_image: BuiltImage, tmp_path: Path) -> Itera
                              compose_env={"PYDLEDGER_SPARK_IMAGE": spark_image.tag,
                                           "PYDLEDGER_SPARK_UI_PORT": str(ui_port)})
     cluster.ports["spark-ui"] = ui_port
-    try:
-        cluster.up()
+    with cluster.running():
         yield cluster
-    finally:
-        cluster.down()
-        assert not cluster.leftovers(), f"compose project {cluster.name} left {cluster.leftovers()}"
 
 
 def test_replay_on_the_standalone_spark_cluster_counts_every_message_sent(
