@@ -19,13 +19,20 @@ replayed after a restart, sends the same ids, and the broker answers a
 repeated id with the original receipt instead of storing it again (within
 its dedupe window, broker/config.py dedupe_window_entries).
 
-Bad rows (no body, a body over the broker's limit, an illegal topic ...)
-fail the task with a message naming the row's topic and its index in the
-partition, unless onBadRow=skip, which counts them (in the commit message
-the driver logs) and sends the rest.
+Bad rows (no body, a body over the broker's limit, an illegal topic ...:
+what the broker refuses with a 400, 404 or 413 code) fail the task with a
+message naming the row's topic and its index in the partition, unless
+onBadRow=skip, which counts them (in the commit message the driver logs)
+and sends the rest. Any other error (the cluster unavailable past the
+producer's retries, an unknown outcome) fails the task whatever onBadRow
+says: Spark's retry sends the same ids.
+
+Spark hands the writers Arrow batches (DataSourceArrowWriter); a task
+turns them into messages a column at a time and keeps up to
+BATCHES_IN_FLIGHT batches of batchSize sent and unanswered.
 
 Options: servers (required), topic (default topic), onBadRow (fail | skip),
-batchSize (messages per send_batch, default 500), failFirstAttemptAfterRows
+batchSize (messages per batch, default 500), failFirstAttemptAfterRows
 (fault injection for tests: attempt 0 of each task fails once that many rows
 are sent).
 """
