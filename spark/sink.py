@@ -150,6 +150,12 @@ class BadRowError(ValueError):
     """A row the broker (or the sink) refuses; the message names it."""
 
 
+def is_bad_row(outcome: object) -> bool:
+    """Whether a send's outcome condemns its row (onBadRow decides what then
+    happens) rather than the task (which fails and is retried)."""
+    return isinstance(outcome, BAD_ROW_ERRORS)
+
+
 def message_id(write_id: str, partition: int, row: int) -> str:
     """The RocketMQ 5 id of a row: 01 + 32 hex digits from the write, partition and row."""
     digest = hashlib.sha256(f"{write_id}/{partition}/{row}".encode()).hexdigest()[:32]
@@ -208,7 +214,7 @@ class _Writer:
         outcome) fails the task, whose retry sends the same message ids."""
         results = await asyncio.gather(*sent.futures, return_exceptions=True)
         for (position, message), result in zip(sent.items, results):
-            if isinstance(result, BAD_ROW_ERRORS):
+            if is_bad_row(result):
                 progress.skipped += self._bad(message, position, partition, result, message.topic)
             elif isinstance(result, BaseException):
                 raise result

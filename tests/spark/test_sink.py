@@ -10,7 +10,7 @@ import pytest
 from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 from spark.options import OptionError
-from spark.sink import BadRowError, SinkOptions, _Writer
+from spark.sink import BadRowError, SinkOptions, _Writer, is_bad_row
 from tests.spark.helpers import run, topic_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
@@ -83,6 +83,20 @@ def test_spark_writes_rows_that_land_exactly_once(spark_session, servers):
     with pytest.raises(Exception, match="does not know column"):
         df.limit(1).selectExpr("body", "1 AS nope").write.format("dledger").mode("append") \
             .option("servers", servers).option("topic", "SinkSpark").save()
+
+
+def test_only_the_brokers_refusals_of_a_row_are_bad_rows():
+    """An unavailable cluster or an unknown outcome fails the task (Spark
+    retries it with the same ids); counting it as a bad row would make
+    onBadRow=skip drop rows that were never refused."""
+    from broker.client.errors import error_for
+    from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+
+    refusals = [pb.ILLEGAL_TOPIC, pb.MESSAGE_BODY_TOO_LARGE, pb.TOPIC_NOT_FOUND, pb.MESSAGE_BODY_EMPTY]
+    failures = [pb.HA_NOT_AVAILABLE, pb.MASTER_PERSISTENCE_TIMEOUT, pb.PROXY_TIMEOUT, pb.INTERNAL_SERVER_ERROR,
+                pb.FORBIDDEN, pb.TOO_MANY_REQUESTS]
+    assert [is_bad_row(error_for(code, "x")) for code in refusals] == [True] * len(refusals)
+    assert [is_bad_row(error_for(code, "x")) for code in failures] == [False] * len(failures)
 
 
 def test_sink_options_are_checked(servers):
