@@ -1,13 +1,14 @@
 # `make run`: a local three-node cluster in the foreground (Ctrl-C stops it).
 # `make test`: the whole test suite.
-# `make image`: the node's Docker image (deploy/build-image.sh says which base it used).
+# `make image`: the node's Docker image (deploy/build-image.sh says which base it used);
+# `make image-spark`: the Spark image on top of it (docker-compose.yml's `spark` profile).
 # All create .venv on first use and install the project into it.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test proto check-proto bench image clean browser-deps
+.PHONY: run test proto check-proto bench image image-spark clean browser-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +51,11 @@ bench: $(STAMP)
 # one built from Debian packages; the build itself runs without network.
 image: $(STAMP)
 	PYTHON=$(PY) deploy/build-image.sh
+
+# The Spark image (master, workers, replay driver of the compose file's
+# `spark` profile): the node image plus PySpark and a Java runtime.
+image-spark: image
+	PYTHON=$(PY) deploy/build-spark-image.sh
 
 clean:
 	rm -rf $(VENV) data

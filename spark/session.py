@@ -11,6 +11,7 @@ session here needs, whatever the master:
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import tempfile
 from typing import Any
@@ -73,6 +74,14 @@ def build_session(master: str | None = None, app_name: str = "dledger-replay",
         # Otherwise Spark binds and announces the first non-loopback address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    elif not submitted and master is not None and master.startswith("spark://") \
+            and "spark.driver.host" not in (extra or {}):
+        # Executors connect back to the driver by the name it announces,
+        # by default its host name, which other machines (or containers) may
+        # not resolve: announce the address this host reaches the master from.
+        address = address_towards(master)
+        if address is not None:
+            builder = builder.config("spark.driver.host", address)
     builder = (builder.config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "4")
@@ -83,6 +92,19 @@ def build_session(master: str | None = None, app_name: str = "dledger-replay",
     spark = builder.getOrCreate()
     register(spark)
     return spark
+
+
+def address_towards(master: str) -> str | None:
+    """The local address this host uses to reach a spark://HOST:PORT master
+    (a UDP socket's connect picks the route and sends nothing); None when
+    the master's name does not resolve."""
+    host, _, port = master.removeprefix("spark://").split(",")[0].rpartition(":")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, int(port)))
+            return str(probe.getsockname()[0])
+    except (OSError, ValueError):
+        return None
 
 
 def register(spark: SparkSession) -> None:

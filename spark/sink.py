@@ -19,13 +19,20 @@ replayed after a restart, sends the same ids, and the broker answers a
 repeated id with the original receipt instead of storing it again (within
 its dedupe window, broker/config.py dedupe_window_entries).
 
-Bad rows (no body, a body over the broker's limit, an illegal topic ...)
-fail the task with a message naming the row's topic and its index in the
-partition, unless onBadRow=skip, which counts them (in the commit message
-the driver logs) and sends the rest.
+Bad rows (no body, a body over the broker's limit, an illegal topic ...:
+what the broker refuses with a 400, 404 or 413 code) fail the task with a
+message naming the row's topic and its index in the partition, unless
+onBadRow=skip, which counts them (in the commit message the driver logs)
+and sends the rest. Any other error (the cluster unavailable past the
+producer's retries, an unknown outcome) fails the task whatever onBadRow
+says: Spark's retry sends the same ids.
+
+Spark hands the writers Arrow batches (DataSourceArrowWriter); a task
+turns them into messages a column at a time and keeps up to
+BATCHES_IN_FLIGHT batches of batchSize sent and unanswered.
 
 Options: servers (required), topic (default topic), onBadRow (fail | skip),
-batchSize (messages per send_batch, default 500), failFirstAttemptAfterRows
+batchSize (messages per batch, default 500), failFirstAttemptAfterRows
 (fault injection for tests: attempt 0 of each task fails once that many rows
 are sent).
 """
@@ -36,22 +43,31 @@ import datetime
 import hashlib
 import logging
 import uuid
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (ArrayType, BinaryType, LongType, MapType, StringType, StructType, TimestampType)
 
+from broker.client.errors import BadRequestError, NotFoundError, PayloadTooLargeError
 from dledger.client import parse_servers
 from spark.options import OptionError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 500
+# What the broker (or the client's own check) says about one message: the
+# row is at fault. Every other error (unavailable past the client's retries,
+# an unknown outcome, forbidden) is the task's, which fails and is retried.
+BAD_ROW_ERRORS = (BadRequestError, NotFoundError, PayloadTooLargeError)
+# Batches sent and not yet answered, per task: enough to keep the producer's
+# calls (4 in flight, broker/client/producer.py) full.
+BATCHES_IN_FLIGHT = 4
 SINK_OPTIONS = ("servers", "topic", "onBadRow", "batchSize", "failFirstAttemptAfterRows", "path")
 # What Spark itself hands a stream sink among its options.
-SPARK_OPTIONS = ("checkpointLocation",)
+SPARK_OPTIONS = ("checkpointLocation", "queryName")
 # column -> the Spark types it may have
 COLUMN_TYPES: Mapping[str, tuple[type, ...]] = {
     "body": (BinaryType, StringType), "topic": (StringType,), "keys": (StringType, ArrayType),
@@ -111,6 +127,18 @@ def _check_columns(schema: StructType) -> None:
                               f"{' or '.join(t.__name__.replace('Type', '').lower() for t in COLUMN_TYPES[field.name])}")
 
 
+@dataclass
+class _Progress:
+    sent: int = 0
+    skipped: int = 0
+
+
+@dataclass(frozen=True)
+class _SentBatch:
+    items: list[tuple[int, Any]]            # (row position, message)
+    futures: list["asyncio.Future[Any]"]
+
+
 @dataclass(frozen=True)
 class SinkCommit(WriterCommitMessage):
     partition: int
@@ -120,6 +148,12 @@ class SinkCommit(WriterCommitMessage):
 
 class BadRowError(ValueError):
     """A row the broker (or the sink) refuses; the message names it."""
+
+
+def is_bad_row(outcome: object) -> bool:
+    """Whether a send's outcome condemns its row (onBadRow decides what then
+    happens) rather than the task (which fails and is retried)."""
+    return isinstance(outcome, BAD_ROW_ERRORS)
 
 
 def message_id(write_id: str, partition: int, row: int) -> str:
@@ -140,48 +174,56 @@ class _Writer:
         return _LoopThread.run(self._send_all(rows, write_id, partition, attempt))
 
     async def _send_all(self, rows: Iterable[Any], write_id: str, partition: int, attempt: int) -> SinkCommit:
-        from broker.client.errors import ClientError
+        """Rows -> messages, `batch_size` at a time, with up to
+        BATCHES_IN_FLIGHT batches sent and not yet answered: the producer's
+        calls stay full while the next rows are turned into messages."""
         from broker.client.producer import Producer
 
-        sent = skipped = 0
+        progress = _Progress()
+        in_flight: deque[_SentBatch] = deque()
         async with Producer(self.options.servers) as producer:
-            batch: list[tuple[int, Any]] = []
-            for position, row in enumerate(rows):
-                try:
-                    message = self._message(row, write_id, partition, position)
-                    producer.check(message)
-                except (BadRowError, ClientError) as error:
-                    skipped += self._bad(row, position, partition, error)
-                    continue
-                batch.append((position, message))
-                if len(batch) >= self.options.batch_size:
-                    sent, skipped = await self._send(producer, batch, partition, sent, skipped, attempt)
-                    batch = []
-            if batch:
-                sent, skipped = await self._send(producer, batch, partition, sent, skipped, attempt)
-        return SinkCommit(partition, sent, skipped)
+            try:
+                batch: list[tuple[int, Any]] = []
+                for position, row in enumerate(rows):
+                    try:
+                        message = self._message(row, write_id, partition, position)
+                        producer.check(message)
+                    except (BadRowError, *BAD_ROW_ERRORS) as error:
+                        progress.skipped += self._bad(row, position, partition, error)
+                        continue
+                    batch.append((position, message))
+                    if len(batch) >= self.options.batch_size:
+                        in_flight.append(_SentBatch(batch, producer.send_many([m for _, m in batch])))
+                        batch = []
+                        while len(in_flight) >= BATCHES_IN_FLIGHT:
+                            await self._answered(in_flight.popleft(), partition, progress, attempt)
+                if batch:
+                    in_flight.append(_SentBatch(batch, producer.send_many([m for _, m in batch])))
+                while in_flight:
+                    await self._answered(in_flight.popleft(), partition, progress, attempt)
+            finally:
+                for sent in in_flight:  # a failure: what is still in flight is not waited for
+                    for future in sent.futures:
+                        future.cancel()
+        return SinkCommit(partition, progress.sent, progress.skipped)
 
-    async def _send(self, producer: Any, batch: list[tuple[int, Any]], partition: int, sent: int, skipped: int,
-                    attempt: int) -> tuple[int, int]:
-        from broker.client.errors import ClientError
-
-        by_topic: dict[str, list[tuple[int, Any]]] = {}
-        for position, message in batch:
-            by_topic.setdefault(message.topic, []).append((position, message))
-        for topic, items in by_topic.items():
-            results = await asyncio.gather(*(producer.send_async(m) for _, m in items), return_exceptions=True)
-            for (position, message), result in zip(items, results):
-                if isinstance(result, ClientError):
-                    skipped += self._bad(message, position, partition, result, topic)
-                elif isinstance(result, BaseException):
-                    raise result
-                else:
-                    sent += 1
-                limit = self.options.fail_first_attempt_after
-                if limit is not None and attempt == 0 and sent >= limit:
-                    raise RuntimeError(f"failFirstAttemptAfterRows: attempt 0 of partition {partition} stops "
-                                       f"after {sent} rows, as asked")
-        return sent, skipped
+    async def _answered(self, sent: "_SentBatch", partition: int, progress: "_Progress", attempt: int) -> None:
+        """Wait for one batch's receipts. A refused message (the broker's
+        4xx: bad topic, body, properties ...) is a bad row; anything else
+        (the cluster unavailable past the client's retries, an unknown
+        outcome) fails the task, whose retry sends the same message ids."""
+        results = await asyncio.gather(*sent.futures, return_exceptions=True)
+        for (position, message), result in zip(sent.items, results):
+            if is_bad_row(result):
+                progress.skipped += self._bad(message, position, partition, result, message.topic)
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                progress.sent += 1
+            limit = self.options.fail_first_attempt_after
+            if limit is not None and attempt == 0 and progress.sent >= limit:
+                raise RuntimeError(f"failFirstAttemptAfterRows: attempt 0 of partition {partition} stops "
+                                   f"after {progress.sent} rows, as asked")
 
     def _bad(self, row: Any, position: int, partition: int, error: Exception, topic: str | None = None) -> int:
         topic = topic or _get(row, "topic") or self.options.topic
@@ -228,20 +270,30 @@ def _task() -> tuple[int, int]:
     return (context.partitionId(), context.attemptNumber()) if context else (0, 0)
 
 
-class DLedgerBatchWriter(DataSourceWriter):
+def rows_of(batches: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """The rows of Spark's Arrow batches as dicts, built a column at a time
+    (pyarrow's to_pylist, in C): cheaper than the Row objects PySpark makes
+    for a row writer, each value through a converter."""
+    for batch in batches:
+        names = batch.schema.names
+        for values in zip(*(column.to_pylist() for column in batch.columns)):
+            yield dict(zip(names, values))
+
+
+class DLedgerBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: SinkOptions) -> None:
         self.writer = _Writer(options)
         self.write_id = uuid.uuid4().hex  # made once, on the driver: every task attempt of this write shares it
 
     def write(self, iterator: Iterator[Any]) -> SinkCommit:
         partition, attempt = _task()
-        return self.writer.write_rows(iterator, self.write_id, partition, attempt)
+        return self.writer.write_rows(rows_of(iterator), self.write_id, partition, attempt)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         _log_totals(messages)
 
 
-class DLedgerStreamWriter(DataSourceStreamWriter):
+class DLedgerStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions) -> None:
         self.writer = _Writer(options)
 
@@ -256,7 +308,7 @@ class DLedgerStreamWriter(DataSourceStreamWriter):
         if not query or batch is None:
             raise RuntimeError("the dledger stream sink needs Spark's streaming query and batch ids")
         partition, attempt = _task()
-        return self.writer.write_rows(iterator, f"{query}/{batch}", partition, attempt)
+        return self.writer.write_rows(rows_of(iterator), f"{query}/{batch}", partition, attempt)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         _log_totals(messages)

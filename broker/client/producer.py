@@ -130,6 +130,20 @@ class Producer(BaseClient):
             asyncio.ensure_future(self._send_alone(pending))
         return pending.future
 
+    def send_many(self, messages: Sequence[Message]) -> list[asyncio.Future[SendReceipt]]:
+        """Start sending many messages (any topics) at once; a future per
+        message, each completing with its receipt or its own error. Queued
+        together, they leave in as few calls as the batch limits allow
+        (send_async one by one would start a call for each of the first few)."""
+        loop = asyncio.get_running_loop()
+        sends = [self._pending(m, loop=loop) for m in messages]
+        if self.coalesce:
+            self.accumulator.add(sends)
+        else:
+            for pending in sends:
+                asyncio.ensure_future(self._send_alone(pending))
+        return [s.future for s in sends]
+
     async def send_batch(self, messages: Sequence[Message]) -> list[SendReceipt]:
         """Send messages of one topic together (in as few calls as the batch
         limits allow); raises the first failure after all are answered."""

@@ -24,6 +24,10 @@ from cluster.process_cluster import free_ports
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "deploy" / "docker-compose.yml"
 NODE_IDS = ("n0", "n1", "n2")
+# Each node preallocates its first segments: DLedger's defaults (1 GiB of
+# data, 160 MiB of index) would take 3.5 GB of a CI machine's disk for a few
+# kilobytes of entries.
+SMALL_SEGMENTS = {"DLEDGER_DATA_FILE_SIZE": str(16 << 20), "DLEDGER_INDEX_FILE_SIZE": str(1 << 20)}
 PROJECT_LABEL = "com.docker.compose.project"
 
 
@@ -63,12 +67,13 @@ def compose_command() -> list[str] | None:
     return None
 
 
-def build_image(tag: str) -> float:
-    """`make image`'s script, tagging only `tag` (not pydledger:latest, which
-    a developer's own cluster may be using); returns the seconds it took."""
+def build_image(tag: str, script: str = "build-image.sh", **env_vars: str) -> float:
+    """`make image`'s script (or `make image-spark`'s), tagging only `tag`
+    (not :latest, which a developer's own cluster may be using); returns the
+    seconds it took."""
     started = time.monotonic()
-    env = dict(os.environ, PYTHON=sys.executable, IMAGE=tag, TAG_LATEST="no")
-    run(str(ROOT / "deploy" / "build-image.sh"), env=env, timeout=900)
+    env = dict(os.environ, PYTHON=sys.executable, IMAGE=tag, TAG_LATEST="no", **env_vars)
+    run(str(ROOT / "deploy" / script), env=env, timeout=900)
     return time.monotonic() - started
 
 
@@ -92,11 +97,15 @@ class ComposeProject:
     compose_file: Path = COMPOSE_FILE
     # Variables the compose file itself reads (PYDLEDGER_SECURE_DIR, ...).
     compose_env: dict[str, str] = field(default_factory=dict)
+    # Compose profiles to enable (the `spark` services).
+    profiles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         command = compose_command()
         assert command is not None
         self.command = command + ["--project-name", self.name, "--file", str(self.compose_file)]
+        for profile in self.profiles:
+            self.command += ["--profile", profile]
         if self.node_env:
             assert self.override_dir is not None, "node_env needs a directory for the override file"
             override = self.override_dir / f"{self.name}.override.yml"
@@ -184,6 +193,16 @@ class ComposeProject:
 
     def logs(self, tail: int = 30) -> str:
         return self.compose("logs", "--no-color", "--tail", str(tail)).stdout
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator["ComposeProject"]:
+        """Up; on the way out, down, and nothing of the project may be left."""
+        try:
+            self.up()
+            yield self
+        finally:
+            self.down()
+            assert not self.leftovers(), f"compose project {self.name} left {self.leftovers()}"
 
     def down(self) -> None:
         """Remove every container, network and volume of the project, even

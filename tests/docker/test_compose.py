@@ -25,7 +25,8 @@ from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError, ResponseCode
 from store.codec import MESSAGE_MAGIC_CODES, peek_magic
 from store.system_entry import SYSTEM_MAGIC_CODE
-from tests.docker.compose import NODE_IDS, BuiltImage, ComposeProject, docker_unavailable_reason, run
+from tests.docker.compose import (NODE_IDS, SMALL_SEGMENTS, BuiltImage, ComposeProject, docker_unavailable_reason,
+                                  run)
 
 SKIP_REASON = docker_unavailable_reason()
 pytestmark = [
@@ -43,10 +44,6 @@ ENTRIES_PER_CALL = 10
 CONVERGE_TIMEOUT_S = 120.0
 # The append sent to a cut-off leader must not succeed; this bounds the wait.
 CUT_OFF_APPEND_TIMEOUT_S = 60.0
-# Each node preallocates its first segments: DLedger's defaults (1 GiB of
-# data, 160 MiB of index) would take 3.5 GB of a CI machine's disk for a few
-# kilobytes of entries.
-SMALL_SEGMENTS = {"DLEDGER_DATA_FILE_SIZE": str(16 << 20), "DLEDGER_INDEX_FILE_SIZE": str(1 << 20)}
 UNKNOWN_OUTCOME = {ResponseCode.TERM_CHANGED, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.TIMEOUT}
 
 LogEntry = tuple[int, int, bytes, int]  # index, term, body, chain CRC
@@ -167,13 +164,8 @@ async def check_replicas(client: DLedgerClient, produced: list[Produced], absent
 
 @pytest.fixture
 def project(image: BuiltImage, tmp_path: Path) -> Iterator[ComposeProject]:
-    cluster = ComposeProject(image.tag, node_env=SMALL_SEGMENTS, override_dir=tmp_path)
-    try:
-        cluster.up()
+    with ComposeProject(image.tag, node_env=SMALL_SEGMENTS, override_dir=tmp_path).running() as cluster:
         yield cluster
-    finally:
-        cluster.down()
-        assert not cluster.leftovers(), f"compose project {cluster.name} left {cluster.leftovers()}"
 
 
 async def kill_the_leader(project: ComposeProject, client: DLedgerClient,

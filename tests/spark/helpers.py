@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 
 import grpc
+import pyarrow as pa
 
 from dledger.store.properties import read_properties
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -74,3 +75,17 @@ _LOOP = asyncio.new_event_loop()
 def run(coroutine):  # noqa: ANN001, ANN201 - a tiny sync bridge for sync Spark tests
     """One loop for the whole test process: gRPC's asyncio support binds to the first loop it sees."""
     return _LOOP.run_until_complete(coroutine)
+
+
+def topic_rows(servers: str, topic: str) -> list[dict]:
+    """The messages of `topic` in the committed log, read live with the
+    reference (row by row) decoder."""
+    from spark.live_log import committed_bounds, live_entries
+    from spark.partitions import LiveRange
+    from spark.row_builder import scanned_record_batches
+
+    addresses = tuple(servers.split(","))
+    begin, committed = committed_bounds(addresses, "default")
+    part = LiveRange(addresses, "default", begin, committed)
+    batches = list(scanned_record_batches(live_entries(part), frozenset({topic})))
+    return pa.Table.from_batches(batches).to_pylist() if batches else []

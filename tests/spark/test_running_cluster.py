@@ -1,11 +1,10 @@
 """The `dledger` source against three real node processes: a batch read of a
 running node's data dir after a RocketMQ-protocol workload, a live read over
-gRPC, and a streaming query that picks up entries appended while it runs and
-resumes from its checkpoint after a restart, exactly once."""
+gRPC, and a file-mode stream that reads a running node's new commits once per
+checkpointed run. (A live stream across restarts and faults, exactly once:
+test_stream_exactly_once.py.)"""
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ import pytest
 from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 from spark.partitions import FileRange
-from spark.stream_reader import OFFSET_KEY
 from store import codec
 from tests.spark.helpers import run, send_messages, wait_for_checkpoint
 
@@ -132,56 +130,6 @@ def test_live_read_equals_the_committed_log(spark_session, servers):
     assert df.rdd.getNumPartitions() >= end // 100  # index ranges of 100 entries
     raw = {row["index"]: row["body"] for row in rows if row["kind"] == "raw"}
     assert raw == {i: b for i, b in committed.items() if b.startswith(b"live-")}
-
-
-def test_a_stream_sees_new_commits_and_resumes_from_its_checkpoint_exactly_once(spark_session, servers, tmp_path):
-    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
-    before = run(committed_entries(servers))
-
-    def start(trigger: dict):  # noqa: ANN202
-        stream = spark_session.readStream.format("dledger").option("servers", servers) \
-            .option("startingOffsets", "earliest").option("maxEntriesPerTrigger", "200").load()
-        return stream.select("index", "kind", "body").writeStream.format("parquet") \
-            .option("path", out).option("checkpointLocation", checkpoint).trigger(**trigger).start()
-
-    query = start({"processingTime": "0.5 seconds"})
-    try:
-        appended = run(append_raw(servers, [b"stream-a-%d" % i for i in range(30)]))
-        wait_until(lambda: _max_index(spark_session, out) >= appended, 90)
-    finally:
-        query.stop()
-    first_run = spark_session.read.parquet(out).count()
-
-    appended_later = run(append_raw(servers, [b"stream-b-%d" % i for i in range(40)]))  # while the query is down
-    query = start({"availableNow": True})
-    query.awaitTermination(120)
-    assert query.exception() is None
-
-    rows = spark_session.read.parquet(out).select("index", "kind", "body").collect()
-    end = json.loads(query.lastProgress["sources"][0]["endOffset"])[OFFSET_KEY]
-    committed = up_to(run(committed_entries(servers)), end)
-    assert end >= appended_later
-    assert len(rows) == len({row["index"] for row in rows})  # nothing twice
-    assert {row["index"] for row in rows} == set(committed)  # nothing lost
-    assert {row["index"]: row["body"] for row in rows if row["kind"] == "raw"} == \
-        {i: body for i, body in committed.items() if body.startswith((b"live-", b"stream-"))}
-    assert set(before) < set(committed) and 0 < first_run < len(rows)
-
-
-def _max_index(spark_session, path: str) -> int:
-    try:
-        return spark_session.read.parquet(path).agg({"index": "max"}).first()[0] or -1
-    except Exception:  # noqa: BLE001 - no file written yet: the sink creates the directory on its first batch
-        return -1
-
-
-def wait_until(condition, timeout: float) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"not within {timeout}s")
 
 
 def test_a_file_stream_reads_a_running_nodes_new_commits_once_per_checkpointed_run(

@@ -5,17 +5,13 @@ derived message ids); bad rows fail with their topic and index, or are
 skipped and counted; overwrite is refused."""
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 
 from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
-from spark.live_log import committed_bounds, live_entries
 from spark.options import OptionError
-from spark.partitions import LiveRange
-from spark.row_builder import scanned_record_batches
-from spark.sink import BadRowError, SinkOptions, _Writer
-from tests.spark.helpers import run
+from spark.sink import BadRowError, SinkOptions, _Writer, is_bad_row
+from tests.spark.helpers import run, topic_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
 NODE_ARGS = ["--data-file-size", str(16 << 20), "--index-file-size", str(1 << 20), "--preallocate", "false"]
@@ -34,15 +30,6 @@ def servers(tmp_path_factory) -> str:
     cluster.stop_all()
 
 
-def topic_rows(servers: str, topic: str) -> list[dict]:
-    """The messages of `topic` in the committed log, read live."""
-    addresses = tuple(servers.split(","))
-    begin, committed = committed_bounds(addresses, "default")
-    part = LiveRange(addresses, "default", begin, committed)
-    batches = list(scanned_record_batches(live_entries(part), frozenset({topic})))
-    return pa.Table.from_batches(batches).to_pylist() if batches else []
-
-
 def sink_options(servers: str, topic: str, **extra: str):  # noqa: ANN201
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
     schema = StructType([StructField("body", BinaryType()), StructField("tags", StringType())])
@@ -54,7 +41,8 @@ def test_a_retried_task_leaves_no_duplicate(servers):
     writer = _Writer(sink_options(servers, "SinkRetry", batchSize="50", failFirstAttemptAfterRows="200"))
     with pytest.raises(RuntimeError, match="stops after 200 rows"):
         writer.write_rows(rows, "write-1", partition=3, attempt=0)
-    assert len(topic_rows(servers, "SinkRetry")) == 200  # the first attempt's half is stored
+    # The first attempt stored part of the rows (batches in flight when it failed included).
+    assert 200 <= len(topic_rows(servers, "SinkRetry")) < 400
     commit = writer.write_rows(rows, "write-1", partition=3, attempt=1)
     assert (commit.sent, commit.skipped) == (400, 0)
     stored = topic_rows(servers, "SinkRetry")
@@ -95,6 +83,20 @@ def test_spark_writes_rows_that_land_exactly_once(spark_session, servers):
     with pytest.raises(Exception, match="does not know column"):
         df.limit(1).selectExpr("body", "1 AS nope").write.format("dledger").mode("append") \
             .option("servers", servers).option("topic", "SinkSpark").save()
+
+
+def test_only_the_brokers_refusals_of_a_row_are_bad_rows():
+    """An unavailable cluster or an unknown outcome fails the task (Spark
+    retries it with the same ids); counting it as a bad row would make
+    onBadRow=skip drop rows that were never refused."""
+    from broker.client.errors import error_for
+    from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+
+    refusals = [pb.ILLEGAL_TOPIC, pb.MESSAGE_BODY_TOO_LARGE, pb.TOPIC_NOT_FOUND, pb.MESSAGE_BODY_EMPTY]
+    failures = [pb.HA_NOT_AVAILABLE, pb.MASTER_PERSISTENCE_TIMEOUT, pb.PROXY_TIMEOUT, pb.INTERNAL_SERVER_ERROR,
+                pb.FORBIDDEN, pb.TOO_MANY_REQUESTS]
+    assert [is_bad_row(error_for(code, "x")) for code in refusals] == [True] * len(refusals)
+    assert [is_bad_row(error_for(code, "x")) for code in failures] == [False] * len(failures)
 
 
 def test_sink_options_are_checked(servers):
