@@ -128,7 +128,7 @@ class Node:
         # The broker registers its state machines with the store before the
         # store replays the log into them.
         self.broker = Broker(broker_settings, self.store, self.server, tls=self.tls,
-                             registration_observer=self.metrics.on_registration)
+                             registration_observer=self.metrics.on_registration, signing=signing)
         guard = self.guard = AccessGuard(auth, self.broker.auth_metadata)
         guard.on_denied = self.metrics.on_auth_denied
         if self._auth_interceptor is not None:
@@ -296,7 +296,7 @@ async def run_node(config: DLedgerConfig, exit_with_parent: int | None = None,
         stop.set()
 
     set_crash_handler(fail_stop)
-    watcher = asyncio.create_task(_watch_parent(exit_with_parent, stop)) if exit_with_parent else None
+    watcher = asyncio.create_task(watch_parent(exit_with_parent, stop)) if exit_with_parent else None
     try:
         await node.start()
         await stop.wait()
@@ -321,7 +321,7 @@ def _on_signal(signum: int, stop: asyncio.Event) -> None:
     stop.set()
 
 
-async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+async def watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
     """A node started by `dledger cluster up` must not outlive the launcher
     when the launcher itself is killed (SIGKILL gives it no chance to clean
     up): the node stops once it has been re-parented."""
