@@ -15,7 +15,7 @@ they print (issue 2), so both stay exactly as documented:
     dledger bench append --servers ... --size BYTES --inflight K --duration SECONDS [--batch B] --json
     dledger leader transfer --servers ... --to ID
     dledger member list --servers ... --json
-    dledger member add --servers ... --id ID --address HOST:PORT [--no-wait] --json
+    dledger member add --servers ... --id ID --address HOST:PORT [--client-address HOST:PORT] [--no-wait] --json
     dledger member remove --servers ... --id ID --json
     dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...] [--seed N]
                   [--workload log|broker] [--out DIR] --json
@@ -181,8 +181,9 @@ def members_json(members: list[dict[str, str]]) -> dict[str, Any]:
 
 
 def members_table(members: list[dict[str, str]]) -> str:
-    cells = [["id", "address", "role"]] + [[m["id"], m["address"], m["role"]] for m in members]
-    widths = [max(len(row[i]) for row in cells) for i in range(3)]
+    cells = [["id", "address", "role", "client address"]] + [[m["id"], m["address"], m["role"],
+                                                              m.get("client_address", "-")] for m in members]
+    widths = [max(len(row[i]) for row in cells) for i in range(4)]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
 
 
@@ -199,7 +200,7 @@ async def cmd_member_list(args: argparse.Namespace) -> int:
 async def cmd_member_add(args: argparse.Namespace) -> int:
     async with DLedgerClient(args.servers, args.group) as client:
         members = await client.add_member(args.id, args.address, wait_for_voter=not args.no_wait,
-                                          timeout_s=args.timeout)
+                                          timeout_s=args.timeout, client_address=args.client_address or "")
     print_members(members, args.json)
     return 0
 
@@ -371,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "caught up, then a voter")
     member_add.add_argument("--id", required=True, metavar="ID")
     member_add.add_argument("--address", required=True, metavar="HOST:PORT", help="the address peers reach it at")
+    member_add.add_argument("--client-address", metavar="HOST:PORT",
+                            help="where clients reach it, when not at --address (required under mutual TLS: "
+                                 "peers have ports of their own)")
     member_add.add_argument("--no-wait", action="store_true",
                             help="return once it is a learner, without waiting for its promotion")
     member_add.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
