@@ -134,6 +134,10 @@ def rpc_error(error: grpc.aio.AioRpcError, address: str) -> DLedgerError:
         return DLedgerError(ResponseCode.TIMEOUT, f"{address} did not answer in time")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{address}: {detail}")
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return DLedgerError(ResponseCode.UNAUTHENTICATED, f"{address} refused the credentials: {detail}")
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return DLedgerError(ResponseCode.FORBIDDEN, f"{address}: {detail}")
     return DLedgerError(ResponseCode.INTERNAL_ERROR, f"{address}: {code.name}: {detail}")
 
 
