@@ -22,7 +22,8 @@ def cmd_certs_create(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out)
     reused = certs.load_ca(out) is not None
-    pairs = certs.create(out, nodes, hosts, [e.strip() for e in (args.endpoints or "").split(",") if e.strip()])
+    groups = [[e.strip() for e in text.split(",") if e.strip()] for text in args.endpoints or []]
+    pairs = certs.create(out, nodes, hosts, endpoint_groups=[g for g in groups if g])
     print(f"CA: {out / 'ca.pem'} (key {out / 'ca.key'}, keep it offline){' (the CA already there)' if reused else ''}")
     for name, pair in pairs.items():
         print(f"{name}: {pair.cert_file} {pair.key_file}")
@@ -39,9 +40,9 @@ def add_security_commands(commands: Any) -> None:
     create.add_argument("--hosts", metavar="HOST,...",
                         help="extra host names or IPs every node certificate covers (localhost and "
                              "127.0.0.1 always are)")
-    create.add_argument("--endpoints", metavar="HOST:PORT,...",
-                        help="the client addresses of all nodes: the official RocketMQ Python client verifies "
-                             "them as one name when it connects with TLS")
+    create.add_argument("--endpoints", metavar="HOST:PORT,...", action="append",
+                        help="the client addresses of all nodes of a group: the official RocketMQ Python client "
+                             "verifies them as one name when it connects with TLS (once per broker group)")
     create.set_defaults(run=cmd_certs_create, sync=True)
     add_user_and_acl_commands(commands)
 
