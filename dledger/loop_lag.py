@@ -30,8 +30,11 @@ class LoopLagMonitor:
     @property
     def lag_s(self) -> float:
         """The longest stall in the last window_s seconds."""
+        # The current (partial) second and the window_s whole seconds before
+        # it: with only the seconds after the horizon, a stall near the end
+        # of one second was forgotten a moment later, at the next second.
         horizon = int(time.monotonic()) - self.window_s
-        return max((lag for second, lag in self._seconds if second > horizon), default=0.0)
+        return max((lag for second, lag in self._seconds if second >= horizon), default=0.0)
 
     def note(self, lag: float, now: float) -> None:
         second = int(now)
@@ -40,7 +43,7 @@ class LoopLagMonitor:
                 self._seconds[-1] = (second, lag)
         else:
             self._seconds.append((second, lag))
-            while self._seconds and self._seconds[0][0] <= second - self.window_s:
+            while self._seconds and self._seconds[0][0] < second - self.window_s:
                 self._seconds.popleft()
         if lag > self.stall_s:
             self.stalls += 1

@@ -14,6 +14,10 @@ the store insists on it (pos must match), keeping replicas byte-identical.
 
 All writes happen on the caller's thread (the event loop): pwrite into the page
 cache is cheap. Only fdatasync goes to the store's single flush thread.
+
+Beside this file: checkpoint.py (the checkpoint file and what keeps a stale
+one from landing), recovery.py (the scan at start-up and the verdict on
+where it stopped: torn tail or damage), segment_list.py (the files).
 """
 from __future__ import annotations
 
@@ -24,10 +28,8 @@ import os
 import shutil
 import time
 import struct
-import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from dledger.config import DLedgerConfig
@@ -44,14 +46,13 @@ from dledger.entry import (
     MIN_BLANK_LEN,
     VALID_MAGICS,
     DLedgerEntry,
-    EntryHeader,
     entry_from_bytes,
     verify_entry,
 )
 from dledger import failpoints
 from dledger.errors import CorruptLogError, DLedgerError, ResponseCode
-from dledger.store.properties import (fsync_dir, properties_text, read_properties, write_properties,
-                                      write_temp)
+from dledger.store.checkpoint import Checkpoint, CheckpointFile
+from dledger.store.recovery import SCAN_CHUNK_BYTES, LogScanner, ScanResult, ScanStart, judge
 from dledger.store.segment_list import (ZERO_FILL_BYTES, DirtyState, FsyncError, SegmentList, delete_segments,
                                        sync_dirty)
 
@@ -63,77 +64,22 @@ AppendHook = Callable[[list[int]], None]
 _CRC = struct.Struct(">I")
 _MAGIC = struct.Struct(">i")
 _HEADER_CRC_FIELD = 36   # chain_crc lives at [36, 40), body_crc at [40, 44)
-# Recovery reads data in chunks of this size (or one whole entry when larger).
-SCAN_CHUNK_BYTES = 4 << 20
 # After an ENOSPC the log stays read-only until this much more than the
 # failed write is free, so that it does not flap between full and not full.
 DISK_FULL_MARGIN = 4 << 20
 CHECKPOINT_ROOM = 64 << 10   # a checkpoint file, its temp copy and directory blocks
 
 
-@dataclass
-class Checkpoint:
-    """What the `checkpoint` file records. end_index is the flushed end (its
-    entry is on disk), flushed_position where the entry after it starts (for an
-    empty log: where entry begin_index will go)."""
-    begin_index: int = 0
-    end_index: int = -1
-    committed_index: int = -1
-    flushed_position: int = 0
-    before_begin_term: int = 0
-    before_begin_chain_crc: int = 0
-
-    def to_properties(self) -> dict[str, str]:
-        return {
-            "committedIndex": str(self.committed_index),
-            "endIndex": str(self.end_index),
-            "flushedPosition": str(self.flushed_position),
-            "beginIndex": str(self.begin_index),
-            "beforeBeginTerm": str(self.before_begin_term),
-            "beforeBeginChainCrc": str(self.before_begin_chain_crc),
-        }
-
-    @classmethod
-    def from_properties(cls, values: dict[str, str]) -> "Checkpoint":
-        def number(key: str, default: int) -> int:
-            return int(values[key]) if key in values else default
-        return cls(begin_index=number("beginIndex", 0), end_index=number("endIndex", -1),
-                   committed_index=number("committedIndex", -1),
-                   flushed_position=number("flushedPosition", 0),
-                   before_begin_term=number("beforeBeginTerm", 0),
-                   before_begin_chain_crc=number("beforeBeginChainCrc", 0))
-
-
-@dataclass
-class ScanStart:
-    offset: int
-    next_index: int | None          # None: whatever the first entry found says
-    previous_chain_crc: int | None  # None: do not check the first entry's link
-    previous_term: int
-
-
-@dataclass
-class ScanResult:
-    end_offset: int          # where the valid log ends (the next entry would start here)
-    last_index: int | None   # None when nothing was scanned and nothing was known before
-    last_term: int
-    last_chain_crc: int
-    first_index: int | None  # first entry the scan itself read
-    failure: str             # "" when the scan reached a clean end
-    # The bad entry is whole and a valid entry follows it: damage to data
-    # that was written and synced, not a write a crash cut short.
-    damaged: bool = False
-
-
 class DLedgerFileStore:
     def __init__(self, config: DLedgerConfig) -> None:
         self.config = config
         self.base_dir = os.path.join(config.data_dir, f"dledger-{config.self_id}")
-        self.checkpoint_path = os.path.join(self.base_dir, "checkpoint")
+        self.checkpoint = CheckpointFile(os.path.join(self.base_dir, "checkpoint"))
         self._data = SegmentList(os.path.join(self.base_dir, "data"), config.data_file_size, config.preallocate,
                                  config.self_id)
         self._index = SegmentList(os.path.join(self.base_dir, "index"), config.index_file_size,
                                   config.preallocate, config.self_id)
+        self._scanner = LogScanner(self._data, self._index, config.max_entry_size)
         self.ledger_begin_index = 0
         self.ledger_end_index = -1
         self.ledger_end_term = 0
@@ -177,11 +123,6 @@ class DLedgerFileStore:
         # Bumped by truncate/reset: a flush that ran across one must not claim
         # entries that were replaced meanwhile.
         self._epoch = 0
-        self._checkpoint_end_index = -1
-        # A checkpoint written on the event loop bumps the generation; one the
-        # flush thread wrote from older state is then not renamed into place.
-        self._checkpoint_lock = threading.Lock()
-        self._checkpoint_generation = 0
 
     @property
     def flushed_position(self) -> int:
@@ -194,6 +135,10 @@ class DLedgerFileStore:
         failpoints.record(failpoints.FLUSHED_POSITION, position)   # test harnesses only
 
     @property
+    def checkpoint_path(self) -> str:
+        return self.checkpoint.path
+
+    @property
     def write_position(self) -> int:
         return self._data.write_position
 
@@ -203,7 +148,7 @@ class DLedgerFileStore:
         os.makedirs(self.base_dir, exist_ok=True)
         self._data.load()
         self._index.load()
-        checkpoint = self._read_checkpoint()
+        checkpoint = self.checkpoint.read()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"flush-{self.config.self_id}")
         try:
             self._recover(checkpoint)
@@ -484,12 +429,9 @@ class DLedgerFileStore:
         if self.flushed_index > last_kept_index:
             self.flushed_index = last_kept_index
             self.flushed_position = cut
-        with self._checkpoint_lock:
-            # Checkpoints captured before the cut and still being written in
-            # the flush thread are stale now: they would point past it.
-            self._checkpoint_generation += 1
-            on_disk_past_cut = self._checkpoint_end_index > last_kept_index
-        if on_disk_past_cut:
+        # Checkpoints captured before the cut and still being written in the
+        # flush thread are stale now: they would point past it.
+        if self.checkpoint.invalidate(last_kept_index):
             # Recovery starts at the checkpoint's end entry; left pointing past
             # the cut it would resume inside the dropped suffix. The zeroed
             # bytes go to disk first so the dropped entries cannot reappear;
@@ -501,7 +443,7 @@ class DLedgerFileStore:
             except DLedgerError:
                 # Left in place it would point into the dropped entries; without
                 # one, recovery scans the log from its first segment.
-                self._remove_checkpoint()
+                self.checkpoint.remove()
                 raise
 
     def reset(self, begin_index: int, begin_pos: int, before_begin_term: int,
@@ -526,7 +468,7 @@ class DLedgerFileStore:
         self.flushed_position = begin_pos
         # The checkpoint goes first: after a crash in the middle, recovery
         # finishes the reset from it (see _prepare_empty_log).
-        self._write_checkpoint_file()
+        self.checkpoint.write(self._checkpoint_now())
         self._data.delete_all()
         self._index.delete_all()
         self._install_begin_blank(begin_pos)
@@ -813,7 +755,7 @@ class DLedgerFileStore:
         self._check_not_failed()
         self._sync(self._index.take_dirty())
         try:
-            self._write_checkpoint_file()
+            self.checkpoint.write(self._checkpoint_now())
         except OSError as error:
             if error.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise self._disk_full(error, CHECKPOINT_ROOM) from error
@@ -826,7 +768,7 @@ class DLedgerFileStore:
         if self._executor is None or self.failure:
             return
         index_state = self._index.take_dirty()
-        checkpoint, generation = self._checkpoint_now(), self._checkpoint_generation
+        checkpoint, generation = self._checkpoint_now(), self.checkpoint.generation
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._executor, self._persist_checkpoint, index_state, checkpoint,
@@ -846,17 +788,7 @@ class DLedgerFileStore:
         """Flush thread: sync the index records, write the file; False when a
         checkpoint written meanwhile on the event loop makes this one stale."""
         sync_dirty(index_state)
-        tmp = write_temp(self.checkpoint_path, properties_text(checkpoint.to_properties()))
-        with self._checkpoint_lock:
-            if generation != self._checkpoint_generation:
-                os.unlink(tmp)
-                return False
-            os.replace(tmp, self.checkpoint_path)
-            # Under the lock: a truncate either sees this end or makes this
-            # checkpoint stale before it is put in place.
-            self._checkpoint_end_index = checkpoint.end_index
-        fsync_dir(os.path.dirname(self.checkpoint_path))
-        return True
+        return self.checkpoint.persist(checkpoint, generation)
 
     def _checkpoint_now(self) -> Checkpoint:
         return Checkpoint(
@@ -891,13 +823,6 @@ class DLedgerFileStore:
             if self.on_fatal is not None:
                 self.on_fatal(self.failure)
         return DLedgerError(ResponseCode.DISK_ERROR, self.failure)
-
-    def _write_checkpoint_file(self) -> None:
-        checkpoint = self._checkpoint_now()
-        with self._checkpoint_lock:
-            self._checkpoint_generation += 1
-            write_properties(self.checkpoint_path, checkpoint.to_properties())
-            self._checkpoint_end_index = checkpoint.end_index
 
     # ================================================================= retention / disk
 
@@ -1031,36 +956,11 @@ class DLedgerFileStore:
             log.debug("the disk holding %s has room again: accepting appends", self.base_dir)
         self.read_only_reason = reason
 
-    def _remove_checkpoint(self) -> None:
-        with self._checkpoint_lock:
-            self._checkpoint_generation += 1
-            try:
-                os.unlink(self.checkpoint_path)
-            except FileNotFoundError:
-                pass
-            self._checkpoint_end_index = -1
-        log.warning("removed the checkpoint %s, which could not be rewritten: the next start scans "
-                    "the whole log", self.checkpoint_path)
-
     # ================================================================= recovery
-
-    def _read_checkpoint(self) -> Checkpoint | None:
-        if not os.path.exists(self.checkpoint_path):
-            return None
-        values = read_properties(self.checkpoint_path)
-        if "beginIndex" not in values:
-            # DLedger 0.3's checkpoint (endIndex, committedIndex only): a full
-            # scan from the start is the safe reading of it.
-            log.warning("checkpoint %s has no beginIndex; scanning the whole log", self.checkpoint_path)
-            return None
-        try:
-            return Checkpoint.from_properties(values)
-        except ValueError as e:
-            raise CorruptLogError(f"checkpoint {self.checkpoint_path} is unreadable: {e}") from e
 
     def _recover(self, checkpoint: Checkpoint | None) -> None:
         start, known = self._scan_start(checkpoint)
-        result = self._scan(start, known, checkpoint)
+        result = self._scanner.scan(start, known, checkpoint.begin_index if checkpoint else 0)
         self._settle(result, checkpoint, from_log_start=start.next_index is None)
 
     def _scan_start(self, checkpoint: Checkpoint | None) -> tuple[ScanStart, tuple[int, int, int] | None]:
@@ -1112,112 +1012,19 @@ class DLedgerFileStore:
             return None
         return ScanStart(pos + size, index + 1, header.chain_crc, term), (index, term, header.chain_crc)
 
-    def _scan(self, start: ScanStart, known: tuple[int, int, int] | None,
-              checkpoint: Checkpoint | None) -> ScanResult:
-        """Walk entries forward from `start`, checking each, rewriting index records
-        that disagree with the data, until a clean end or the first bad entry."""
-        offset = start.offset
-        expected = start.next_index
-        chain = start.previous_chain_crc
-        last_term = start.previous_term
-        last_index, last_chain = (known[0], known[2]) if known else (None, 0)
-        first_index: int | None = None
-        min_repair_index = checkpoint.begin_index if checkpoint else 0
-        repairs = _IndexRepairs(self._index, min_repair_index)
-
-        def result(failure: str, damaged: bool = False) -> ScanResult:
-            repairs.apply()
-            return ScanResult(offset, last_index, last_term, last_chain, first_index, failure, damaged)
-
-        while True:
-            segment = self._data.find(offset)
-            if segment is None:
-                return result("")
-            relative = offset - segment.start
-            if segment.end - offset < MIN_BLANK_LEN:
-                return result(f"{segment.end - offset} bytes left at the segment end, no BLANK record")
-            magic, size = BLANK.unpack_from(segment.read(relative, MIN_BLANK_LEN))
-            if magic == 0 and size == 0:
-                return result("")
-            if magic == MAGIC_BLANK:
-                leading = offset == self._data.first_start
-                if size < MIN_BLANK_LEN or offset + size > segment.end or not (leading or offset + size == segment.end):
-                    return result(f"bad BLANK record of size {size}")
-                offset += size
-                continue
-            if magic not in VALID_MAGICS:
-                return result(f"bad magic {magic}")
-            if size < HEADER_SIZE or size + MIN_BLANK_LEN > segment.end - offset:
-                return result(f"size {size} does not fit in the segment")
-            chunk = segment.read(relative, min(max(SCAN_CHUNK_BYTES, size), segment.end - offset - MIN_BLANK_LEN))
-            at = 0
-            while at + MIN_BLANK_LEN <= len(chunk):
-                magic, size = BLANK.unpack_from(chunk, at)
-                if magic not in VALID_MAGICS:
-                    break  # end, BLANK or damage: the outer loop looks at it
-                if at + size > len(chunk):
-                    break  # continues in the next chunk
-                try:
-                    header = verify_entry(chunk, at, chain)
-                except CorruptLogError as e:
-                    return result(e.message, self._followed_by_an_entry(offset, size, expected))
-                problem = _scan_problem(header, offset, expected, last_term)
-                if problem:
-                    return result(problem)
-                repairs.add(header)
-                if first_index is None:
-                    first_index = header.index
-                chain = last_chain = header.chain_crc
-                last_index, last_term, expected = header.index, header.term, header.index + 1
-                offset += header.size
-                at += header.size
-            repairs.apply()
-
-    def _followed_by_an_entry(self, offset: int, size: int, index: int | None) -> bool:
-        """Does a valid entry (the next index) start right after the bad one at
-        `offset`? A write a crash cut short leaves nothing valid after it in
-        practice (the flush covers every entry before the one it reports), so
-        this tells a flipped bit in synced data from a torn tail."""
-        try:
-            head = self._data.read_across(offset + size, HEADER_SIZE)
-            magic, entry_size = BLANK.unpack_from(head, 0)
-            if magic not in VALID_MAGICS or entry_size < HEADER_SIZE or entry_size > self.config.max_entry_size + 64:
-                return False
-            header = verify_entry(self._data.read_across(offset + size, entry_size), 0, None)
-        except CorruptLogError:
-            return False
-        return index is None or header.index == index + 1
-
     def _settle(self, result: ScanResult, checkpoint: Checkpoint | None, from_log_start: bool) -> None:
-        """Judge where the scan stopped (torn tail or corruption), cut there, set the state."""
-        committed = checkpoint.committed_index if checkpoint else -1
-        flushed_position = checkpoint.flushed_position if checkpoint else 0
+        """Apply recovery's verdict on where the scan stopped: cut there, set the state."""
+        verdict = judge(result, checkpoint, from_log_start)
         if checkpoint is not None:
-            begin = checkpoint.begin_index
             self.before_begin_term = checkpoint.before_begin_term
             self.before_begin_chain_crc = checkpoint.before_begin_chain_crc
-            if from_log_start and result.first_index is not None and result.first_index > begin:
-                raise CorruptLogError(f"the log starts at entry {result.first_index} but the checkpoint "
-                                      f"says it begins at {begin}: entries are missing")
-        else:
-            begin = result.first_index if result.first_index is not None else 0
-        end_index = result.last_index if result.last_index is not None else begin - 1
-        if result.failure:
-            failed_index = end_index + 1
-            if failed_index <= committed or result.end_offset < flushed_position or result.damaged:
-                self._found_damage(failed_index, checkpoint, result.last_term, CorruptLogError(
-                    f"entry {failed_index} at pos {result.end_offset}: {result.failure}; "
-                    + ("a valid entry follows it, so it was written whole and then damaged"
-                       if result.damaged and failed_index > committed and result.end_offset >= flushed_position
-                       else f"it is below the committed/flushed point (committed {committed}, "
-                            f"flushed up to pos {flushed_position})")))
-            else:
-                log.warning("cutting a torn tail at entry %d, pos %d: %s", failed_index, result.end_offset,
-                            result.failure)
-        elif end_index < committed or result.end_offset < flushed_position:
-            self._found_damage(end_index + 1, checkpoint, result.last_term, CorruptLogError(
-                f"the log ends at entry {end_index} (pos {result.end_offset}) but the checkpoint says entries up "
-                f"to {committed} are committed and data is flushed up to pos {flushed_position}"))
+        if verdict.damage is not None:
+            self._found_damage(verdict.damaged_index, checkpoint, result.last_term, verdict.damage)
+        elif verdict.torn_tail:
+            log.warning("cutting a torn tail at entry %d, pos %d: %s", verdict.end_index + 1, result.end_offset,
+                        verdict.torn_tail)
+        begin, end_index = verdict.begin_index, verdict.end_index
+        committed = checkpoint.committed_index if checkpoint else -1
         self._data.truncate(result.end_offset)
         self._index.truncate((end_index + 1) * INDEX_RECORD_SIZE)
         self._delete_index_below(begin)
@@ -1229,7 +1036,7 @@ class DLedgerFileStore:
         self.flushed_index = end_index
         self.flushed_position = self._data.write_position
         self.committed_index = min(committed, end_index)
-        self._checkpoint_end_index = checkpoint.end_index if checkpoint else -1
+        self.checkpoint.end_index = checkpoint.end_index if checkpoint else -1
         if self.damaged_from >= 0:
             # The cut goes to disk at once, with a checkpoint that no longer
             # claims what was cut.
@@ -1246,7 +1053,7 @@ class DLedgerFileStore:
         if not self.config.repair_damaged_log:
             raise CorruptLogError(f"{error.message}; refusing to cut it")
         self.damaged_from = index
-        record_index, record_term = self._last_index_record()
+        record_index, record_term = self._scanner.last_index_record()
         self.acknowledged_end = max(index - 1, checkpoint.end_index if checkpoint else -1, record_index)
         # Terms never fall along a log, so the last index record's term (or the
         # last valid entry's, if the records were lost) is the term of the
@@ -1254,23 +1061,6 @@ class DLedgerFileStore:
         self.acknowledged_end_term = max(last_valid_term, record_term)
         log.error("%s: %s; cutting the log before entry %d and repairing it from the leader up to entry %d",
                   self.base_dir, error.message, index, self.acknowledged_end)
-
-    def _last_index_record(self) -> tuple[int, int]:
-        """The (index, term) of the last record in the index files: the last
-        entry this node ever appended, so at least everything it ever
-        acknowledged. (-1, -1) without records."""
-        for segment in reversed(self._index.segments):
-            end = segment.size
-            while end > 0:
-                start = max(0, end - (1 << 20))
-                chunk = segment.read(start, end - start)
-                stripped = len(chunk.rstrip(b"\0"))
-                if stripped:
-                    at = (stripped - 1) // INDEX_RECORD_SIZE * INDEX_RECORD_SIZE
-                    record = INDEX_RECORD.unpack_from(chunk, at)
-                    return record[3], record[4]
-                end = start
-        return -1, -1
 
     # ================================================================= damage found while running
 
@@ -1301,53 +1091,6 @@ class DLedgerFileStore:
             return
         self.committed_index = min(self.committed_index, first_bad - 1)
         self.truncate(first_bad - 1)   # rewrites a checkpoint that points past the cut
-
-
-class _IndexRepairs:
-    """Index records recovery derives from the data, compared with what the index
-    files hold and rewritten (one pwrite per run) where they differ."""
-
-    def __init__(self, index: SegmentList, min_index: int) -> None:
-        self._index = index
-        self._min_index = min_index
-        self._first: int | None = None
-        self._records = bytearray()
-
-    def add(self, header: EntryHeader) -> None:
-        if header.index < self._min_index:
-            return
-        if self._first is None:
-            self._first = header.index
-        self._records += INDEX_RECORD.pack(header.magic, header.pos, header.size, header.index, header.term)
-
-    def apply(self) -> None:
-        if self._first is None:
-            return
-        offset = self._first * INDEX_RECORD_SIZE
-        first_start = self._index.first_start
-        records = memoryview(self._records)
-        if first_start is not None and offset < first_start:
-            # Records below the first index segment belong to deleted history.
-            skip = min(len(records), first_start - offset)
-            records, offset = records[skip:], offset + skip
-        if records and self._index.read_across(offset, len(records)) != records:
-            log.warning("rewriting index records %d..%d from the data", offset // INDEX_RECORD_SIZE,
-                        (offset + len(records)) // INDEX_RECORD_SIZE - 1)
-            self._index.ensure(offset, offset + len(records))
-            self._index.write(offset, records)
-        self._first = None
-        self._records = bytearray()
-
-
-def _scan_problem(header: EntryHeader, offset: int, expected: int | None, last_term: int) -> str:
-    index, term, pos = header.index, header.term, header.pos
-    if expected is not None and index != expected:
-        return f"index {index} where {expected} was expected"
-    if term < last_term:
-        return f"term {term} below the previous term {last_term}"
-    if pos != offset:
-        return f"pos field {pos} but the entry lies at {offset}"
-    return ""
 
 
 def _decode_run(data: bytes, first_index: int, count: int) -> list[DLedgerEntry]:

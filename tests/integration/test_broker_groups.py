@@ -199,14 +199,15 @@ async def test_our_client_looks_routes_up_at_a_name_server_and_skips_one_that_is
     assert {r.broker_name for r in receipts} == {"g0", "g1"}
 
 
-async def test_the_official_client_sends_to_and_receives_from_both_groups(groups):
+async def test_the_official_clients_producer_simple_and_push_consumers_use_both_groups(groups):
     await groups.create_topic("OfficialSpread", 2)
     await wait_route(groups, groups.addresses("g0")[0], "OfficialSpread", {"g0": [0, 1], "g1": [0, 1]})
     # The official client cannot share a process with our generated code
     # (both register apache.rocketmq.v2), so it runs in its own.
     script = textwrap.dedent(f"""
-        import time
-        from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+        import threading, time
+        from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, Message,
+                              MessageListener, Producer, PushConsumer, SimpleConsumer)
         config = ClientConfiguration({groups.addresses("g0")[0]!r}, Credentials())
         producer = Producer(config, ("OfficialSpread",))
         producer.startup()
@@ -231,13 +232,36 @@ async def test_the_official_client_sends_to_and_receives_from_both_groups(groups
             print("RECEIVED", " ".join(sorted(got)))
         finally:
             consumer.shutdown()
+        # A PushConsumer of another group: QueryAssignment over both groups,
+        # server-managed leases in each, its listener's results acked there.
+        pushed, lock, done = set(), threading.Lock(), threading.Event()
+
+        class Listener(MessageListener):
+            def consume(self, message):
+                with lock:
+                    pushed.add(message.message_id)
+                    if sent <= pushed:
+                        done.set()
+                return ConsumeResult.SUCCESS
+
+        push = PushConsumer(config, "OfficialSpreadPushGroup", Listener(), {{"OfficialSpread": FilterExpression()}})
+        push.startup()
+        try:
+            done.wait(60)
+            with lock:
+                print("PUSHED", " ".join(sorted(pushed)))
+        finally:
+            push.shutdown()
         """)
     done = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", script], capture_output=True, text=True,
                                    timeout=150, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("SENT", "RECEIVED")))
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines()
+                 if line.startswith(("SENT", "RECEIVED", "PUSHED")))
     sent, received = set(lines["SENT"].split()), set(lines["RECEIVED"].split())
+    pushed = set(lines.get("PUSHED", "").split())
     assert len(sent) == 16 and sent <= received
+    assert sent <= pushed, f"the PushConsumer missed {len(sent - pushed)} of 16"
     stored = {g: set(await groups.stored_ids(g, "OfficialSpread")) for g in ("g0", "g1")}
     assert stored["g0"] and stored["g1"] and sent <= stored["g0"] | stored["g1"]
     print(f"official client: {len(sent & stored['g0'])} sends stored in g0, {len(sent & stored['g1'])} in g1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import replace
-from typing import Callable
+from typing import Awaitable, Callable
 
 from store.codec import MessageExt
 from store.config import MessageStoreConfig
@@ -71,6 +71,23 @@ class StoreCluster(Cluster):
             if loop.time() > deadline:
                 raise AssertionError("no metadata snapshot reached every store in time")
             await asyncio.sleep(0.02)
+
+    async def wait_log_cut(self, nodes: list[str], past: int, timeout: float = 15.0,
+                           feed: Callable[[], Awaitable[object]] | None = None) -> None:
+        """Retention has deleted every entry up to `past` on each of `nodes`.
+        Each node runs retention on its own timer (and a follower's floor
+        moves with its own checkpoints), so a test that needs a node's log
+        cut must wait for that node, not only the leader. `feed` writes more
+        between checks, for retention that needs full segments to delete."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(self.servers[node].store.ledger_begin_index <= past for node in nodes):
+            if loop.time() > deadline:
+                begins = {node: self.servers[node].store.ledger_begin_index for node in nodes}
+                raise AssertionError(f"retention did not delete entry {past} in time: logs begin at {begins}")
+            if feed is not None:
+                await feed()
+            await asyncio.sleep(0.1)
 
     async def wait_applied(self, timeout: float = 5.0) -> None:
         """Every store has applied everything its node committed, and all agree."""

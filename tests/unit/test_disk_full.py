@@ -13,6 +13,7 @@ import pytest
 
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import Role
+from dledger.store import checkpoint as checkpoint_module
 from dledger.store import file_store
 from store.consume_queue import ConsumeQueue
 from tests.unit.raft_harness import Cluster
@@ -43,8 +44,8 @@ async def test_enospc_in_the_checkpoint_makes_the_node_read_only_not_dead(tmp_pa
         leader = await cluster.wait_leader()
         server = cluster.servers[leader]
         await server.append([b"before"])
-        real_write_temp = file_store.write_temp
-        monkeypatch.setattr(file_store, "write_temp", lambda path, data: enospc() if server.store.base_dir in path
+        real_write_temp = checkpoint_module.write_temp
+        monkeypatch.setattr(checkpoint_module, "write_temp", lambda path, data: enospc() if server.store.base_dir in path
                             else real_write_temp(path, data))
         await eventually(lambda: bool(server.store.read_only_reason))
         checkpointer = next(t for t in server._tasks if t.get_name() == "Checkpointer")

@@ -783,7 +783,7 @@ def test_a_background_checkpoint_older_than_one_written_since_is_not_put_in_plac
     store._sync_everything()
     store.write_checkpoint()                # at entry 4: truncate must rewrite it
     stale = store._checkpoint_now()
-    generation = store._checkpoint_generation
+    generation = store.checkpoint.generation
     store.truncate(2)                      # writes its own checkpoint now, from the cut log
     written_by_truncate = Path(store.checkpoint_path).read_bytes()
     state = store._index.take_dirty()
@@ -806,7 +806,7 @@ def test_a_checkpoint_in_flight_during_a_truncate_never_lands_past_the_cut(tmp_p
     store.append_as_leader(make_bodies(5, seed=2), term=1)
     asyncio.run(store.flush())
     stale = store._checkpoint_now()
-    generation = store._checkpoint_generation
+    generation = store.checkpoint.generation
     state = store._index.take_dirty()
     store.truncate(6)
     store._persist_checkpoint(state, stale, generation)
@@ -824,7 +824,7 @@ def test_a_checkpoint_renamed_just_before_a_truncate_is_rewritten_by_it(tmp_path
     store.append_as_leader(make_bodies(10), term=1)
     asyncio.run(store.flush())
     captured = store._checkpoint_now()
-    assert store._persist_checkpoint(store._index.take_dirty(), captured, store._checkpoint_generation)
+    assert store._persist_checkpoint(store._index.take_dirty(), captured, store.checkpoint.generation)
     store.truncate(6)
     crashed = crash_image(store, tmp_path / "crash")
     store.close()

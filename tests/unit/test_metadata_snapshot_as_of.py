@@ -119,16 +119,14 @@ async def test_entries_landing_while_a_snapshot_is_encoded_count_once_on_a_repli
         # T would come back from the victim's own log, not the snapshot).
         leader = await c.wait_leader()
         victim = next(node for node in c.servers if node != leader)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 15
-        cut = (leader, victim)
-        while (any(c.servers[node].store.ledger_begin_index <= created_at for node in cut)
-               and loop.time() < deadline):
+
+        async def feed() -> None:
             await store.put_messages([message("T", os.urandom(1000)) for _ in range(4)])
-            await asyncio.sleep(0.1)
-        for node in cut:
+
+        await c.wait_log_cut([leader, victim], past=created_at, feed=feed)
+        for node in (leader, victim):
             begin = c.servers[node].store.ledger_begin_index
-            assert created_at < begin <= as_of + 1, f"retention did not cut {node}'s log where this test needs it"
+            assert begin <= as_of + 1, f"retention cut {node}'s log past the snapshot's asOf"
 
         await c.stop(victim)
         lost_dir = c.configs[victim].data_dir
