@@ -32,7 +32,12 @@ log = logging.getLogger(__name__)
 
 class Broker:
     def __init__(self, config: BrokerConfig, store: MessageStore, server: DLedgerServer,
-                 tls: TlsMaterial = PLAINTEXT, registration_observer: Observer | None = None) -> None:
+                 tls: TlsMaterial = PLAINTEXT, registration_observer: Observer | None = None,
+                 signing: tuple[str, str] | None = None) -> None:
+        """`tls`: the node's certificate and the cluster CA (name servers'
+        members port, other groups' client ports); `signing`: the bootstrap
+        super user's (name, secret) when auth is on, for the calls this node
+        makes to name servers and other groups."""
         self.config = config
         self.store = store
         self.server = server
@@ -56,9 +61,12 @@ class Broker:
         self.registrar: BrokerRegistrar | None = None
         self.cluster_routes: ClusterRoutes | None = None
         if config.namesrv_addrs:
-            self.names = NameServerClient(config.namesrv_addrs, config.namesrv_timeout_s)
-            self.registrar = BrokerRegistrar(config, gate, self.names, registration_observer)
-            self.cluster_routes = ClusterRoutes(config, self.topics, self.names)
+            self.names = NameServerClient(config.namesrv_addrs, config.namesrv_timeout_s, tls, signing)
+            # A secured group's users and ACLs go with its registrations, so
+            # that a name server answers route queries as this group would.
+            self.registrar = BrokerRegistrar(config, gate, self.names, registration_observer,
+                                             self.auth_metadata if signing else None)
+            self.cluster_routes = ClusterRoutes(config, self.topics, self.names, tls, signing)
 
     async def start(self) -> None:
         # On every node; each acts only while its node leads (broker/leadership.py).

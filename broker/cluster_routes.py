@@ -24,6 +24,8 @@ from broker.errors import BrokerError
 from broker.namesrv_client import NameServerClient
 from broker.registration import DEFAULT_TOPIC
 from broker.topics import TopicService, message_queues, route_endpoints
+from dledger.rpc import tls
+from dledger.rpc.credentials import signing_interceptors
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.pydledger.admin.v1 import admin_pb2 as apb
 from rpcgen.pydledger.admin.v1 import admin_pb2_grpc
@@ -47,10 +49,16 @@ def group_queues(route: npb.TopicRoute) -> list[pb.MessageQueue]:
 
 
 class ClusterRoutes:
-    def __init__(self, config: BrokerConfig, topics: TopicService, names: NameServerClient) -> None:
+    def __init__(self, config: BrokerConfig, topics: TopicService, names: NameServerClient,
+                 material: tls.TlsMaterial = tls.PLAINTEXT, signing: tuple[str, str] | None = None) -> None:
         self.config = config
         self.topics = topics
         self.names = names
+        # Another group's client port: TLS trusting the cluster CA, calls
+        # signed as the bootstrap super user (the groups of one secured
+        # cluster share it, as `cluster up --secure --groups` makes them).
+        self._ca = material.ca
+        self._signing = signing
 
     async def route(self, topic: str, create: bool) -> list[pb.MessageQueue]:
         """The topic's queues in every group holding it; `create`: make it
@@ -88,7 +96,8 @@ class ClusterRoutes:
                                          message_type=apb.MIXED, permission=pb.READ_WRITE)
         for node in route.group.nodes:
             try:
-                async with grpc.aio.insecure_channel(node.address) as channel:
+                interceptors = signing_interceptors(*self._signing) if self._signing else None
+                async with tls.channel(node.address, ca=self._ca, interceptors=interceptors) as channel:
                     answer = await admin_pb2_grpc.AdminServiceStub(channel).CreateTopic(
                         request, timeout=self.config.forward_timeout_s)
             except grpc.aio.AioRpcError as error:

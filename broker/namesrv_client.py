@@ -2,6 +2,11 @@
 BrokerOuterAPI): the registrar's registrations and the route lookups of
 QueryRoute go through it. Name servers are peers that know the same thing
 (every group registers with each), so a lookup takes the first that answers.
+
+On a secured cluster the addresses are the name servers' members ports: the
+node dials them with its own certificate (mutual TLS) and, with auth on,
+signs every call as the bootstrap super user (a name server on one shared
+port checks that signature instead).
 """
 from __future__ import annotations
 
@@ -11,7 +16,9 @@ import logging
 
 import grpc
 
+from dledger.rpc import tls
 from dledger.rpc.channel import channel_options
+from dledger.rpc.credentials import signing_interceptors
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2 as npb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2_grpc
@@ -20,9 +27,12 @@ log = logging.getLogger(__name__)
 
 
 class NameServerClient:
-    def __init__(self, addresses: tuple[str, ...], timeout_s: float) -> None:
+    def __init__(self, addresses: tuple[str, ...], timeout_s: float, material: tls.TlsMaterial = tls.PLAINTEXT,
+                 signing: tuple[str, str] | None = None) -> None:
         self.addresses = addresses
         self.timeout_s = timeout_s
+        self.material = material
+        self.signing = signing
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._turn = itertools.count()
 
@@ -31,8 +41,9 @@ class NameServerClient:
         if channel is None:
             # A name server restarted is reached again within half a second,
             # not after gRPC's default backoff (up to 120 s).
-            channel = self._channels[address] = grpc.aio.insecure_channel(
-                address, options=channel_options(16 << 20, max_reconnect_backoff_ms=500))
+            channel = self._channels[address] = tls.channel(
+                address, channel_options(16 << 20, max_reconnect_backoff_ms=500), material=self.material,
+                interceptors=signing_interceptors(*self.signing) if self.signing else None)
         return namesrv_pb2_grpc.NameServerStub(channel)
 
     def _in_turn(self) -> list[str]:

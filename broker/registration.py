@@ -2,6 +2,10 @@
 server (RocketMQ's registerBrokerAll), so that clients and the nodes of
 other groups find its topics.
 
+With auth on, a registration also carries the group's users and ACLs (a
+change of them registers at once), so that a secured name server answers
+route queries as the group would; it goes only over the members' channel.
+
 The group's leader registers at once when it becomes leader and ready (the
 name servers see a leader change within a poll, 0.1 s), whenever its topics
 or members change, and every register interval; a registration that failed
@@ -16,6 +20,7 @@ sent to that name server; the task only polls and calls.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -24,6 +29,7 @@ from typing import Callable, Hashable
 import grpc
 
 from broker import validation
+from broker.auth.metadata import AuthMetadataManager
 from broker.config import BrokerConfig
 from broker.leadership import LeaderGate
 from broker.namesrv_client import NameServerClient
@@ -64,8 +70,10 @@ def registered(topic: str) -> bool:
 
 class BrokerRegistrar:
     def __init__(self, config: BrokerConfig, gate: LeaderGate, names: NameServerClient,
-                 observer: Observer | None = None) -> None:
+                 observer: Observer | None = None, auth_metadata: AuthMetadataManager | None = None) -> None:
         self.config = config
+        # With auth on: the users and ACLs sent along (namesrv/access.py).
+        self.auth_metadata = auth_metadata
         self.gate = gate
         self.server = gate.server
         self.store = gate.store
@@ -77,7 +85,8 @@ class BrokerRegistrar:
     # -------------------------------------------------------------- payload
     def fingerprint(self, term: int) -> Hashable:
         members = tuple((p.id, p.role) for p in self.server.membership.current.members)
-        return term, self.store.topics.applied_index, members, len(self.store.topics.topics)
+        auth = self.auth_metadata.applied_index if self.auth_metadata is not None else None
+        return term, self.store.topics.applied_index, members, len(self.store.topics.topics), auth
 
     def request(self, term: int) -> npb.RegisterBrokerRequest:
         server = self.server
@@ -96,9 +105,11 @@ class BrokerRegistrar:
             topics.append(npb.TopicRouteConfig(topic=DEFAULT_TOPIC, read_queue_nums=queues,
                                                write_queue_nums=queues, perm=PERM_READ_WRITE,
                                                message_type="MIXED"))
+        auth = json.dumps(self.auth_metadata.encode(), separators=(",", ":")).encode() \
+            if self.auth_metadata is not None else b""
         return npb.RegisterBrokerRequest(cluster_name=self.config.cluster_name,
                                          broker_name=self.config.broker_name, node_id=self_id, term=term,
-                                         nodes=nodes, topics=topics)
+                                         nodes=nodes, topics=topics, auth_metadata=auth)
 
     # ----------------------------------------------------------------- task
     async def run(self) -> None:

@@ -14,6 +14,8 @@ Each node certificate is usable both as a server certificate (clients and
 peers connect to it) and as a client certificate (it dials its peers over
 mutual TLS), so one pair per node is enough. A `client` certificate is made
 as well, for tools that want to present one. Keys are written mode 0600.
+A CA already in the directory is kept and signs the new certificates, so
+that a node added later (`dledger member add`) is trusted by the others.
 """
 from __future__ import annotations
 
@@ -119,17 +121,33 @@ def endpoints_name(addresses: list[str]) -> str:
     return ",".join(sorted(addresses))
 
 
+def load_ca(out: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None:
+    """The CA already in `out` (`ca.pem` and `ca.key`), or None."""
+    cert_file, key_file = out / "ca.pem", out / "ca.key"
+    if not cert_file.exists() or not key_file.exists():
+        return None
+    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{key_file} is not an EC key made by `dledger certs create`")
+    return cert, key
+
+
 def create(out: Path, nodes: list[str], hosts: list[str] | None = None,
-           endpoints: list[str] | None = None) -> dict[str, Pair]:
+           endpoints: list[str] | None = None, endpoint_groups: list[list[str]] | None = None) -> dict[str, Pair]:
     """The CA (`ca.pem`, `ca.key`) and `<node>.pem`/`<node>-key.pem` for each
-    node, plus `client.pem`/`client-key.pem`, under `out`. `endpoints`: the
-    client addresses of every node, for the official Python client's TLS."""
+    node, plus `client.pem`/`client-key.pem`, under `out`. A CA already in
+    `out` signs the new certificates (a node added to a running cluster must
+    be trusted by its members); otherwise one is made. `endpoints`: the
+    client addresses of every node, for the official Python client's TLS;
+    `endpoint_groups`: the same per broker group (its client dials each
+    group's addresses as one target)."""
     out.mkdir(parents=True, exist_ok=True)
     os.chmod(out, 0o700)
-    ca_cert, ca_key = make_ca(out)
+    ca_cert, ca_key = load_ca(out) or make_ca(out)
     extra = [*DEFAULT_HOSTS, *(hosts or [])]
-    if endpoints:
-        extra.append(endpoints_name(endpoints))
+    for addresses in ([endpoints] if endpoints else []) + list(endpoint_groups or []):
+        extra.append(endpoints_name(addresses))
     pairs = {node: make_leaf(out, node, [node, *extra], ca_cert, ca_key) for node in nodes}
     pairs["client"] = make_leaf(out, "client", ["client"], ca_cert, ca_key)
     return pairs

@@ -6,6 +6,8 @@ they print (issue 2), so both stay exactly as documented:
     dledger node --id ID --peers ID=HOST:PORT,... --data-dir DIR [--metrics-port P]
     dledger cluster up [--nodes 3] [--data-dir ./data] [--base-port 20911] [--secure] [--groups 1]
     dledger nameserver --listen HOST:PORT [--metrics-port P] [--expiry 120] [--scan-interval 10]
+                       [--tls-cert-file F --tls-key-file F --peer-tls-ca-file F --peer-listen HOST:PORT]
+                       [--auth-enabled true --auth-super-secret-file F]
     dledger status --servers HOST:PORT[,...] --json
     dledger append --servers ... (--data TEXT | --count N --size BYTES) --json
     dledger get --servers ... --index I --json
@@ -13,7 +15,7 @@ they print (issue 2), so both stay exactly as documented:
     dledger bench append --servers ... --size BYTES --inflight K --duration SECONDS [--batch B] --json
     dledger leader transfer --servers ... --to ID
     dledger member list --servers ... --json
-    dledger member add --servers ... --id ID --address HOST:PORT [--no-wait] --json
+    dledger member add --servers ... --id ID --address HOST:PORT [--client-address HOST:PORT] [--no-wait] --json
     dledger member remove --servers ... --id ID --json
     dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...] [--seed N]
                   [--workload log|broker] [--out DIR] --json
@@ -179,8 +181,9 @@ def members_json(members: list[dict[str, str]]) -> dict[str, Any]:
 
 
 def members_table(members: list[dict[str, str]]) -> str:
-    cells = [["id", "address", "role"]] + [[m["id"], m["address"], m["role"]] for m in members]
-    widths = [max(len(row[i]) for row in cells) for i in range(3)]
+    cells = [["id", "address", "role", "client address"]] + [[m["id"], m["address"], m["role"],
+                                                              m.get("client_address", "-")] for m in members]
+    widths = [max(len(row[i]) for row in cells) for i in range(4)]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
 
 
@@ -197,7 +200,7 @@ async def cmd_member_list(args: argparse.Namespace) -> int:
 async def cmd_member_add(args: argparse.Namespace) -> int:
     async with DLedgerClient(args.servers, args.group) as client:
         members = await client.add_member(args.id, args.address, wait_for_voter=not args.no_wait,
-                                          timeout_s=args.timeout)
+                                          timeout_s=args.timeout, client_address=args.client_address or "")
     print_members(members, args.json)
     return 0
 
@@ -227,9 +230,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
     try:
         if args.groups > 1:
-            if args.secure:
-                raise ValueError("--secure with several --groups is not supported yet")
-            plan_groups(args.groups, args.nodes, args.data_dir, args.base_port)
+            plan_groups(args.groups, args.nodes, args.data_dir, args.base_port, secure=args.secure)
         else:
             plan_nodes(args.nodes, args.data_dir, args.base_port, secure=args.secure)
     except ValueError as error:
@@ -244,8 +245,12 @@ def cmd_nameserver(args: argparse.Namespace) -> int:
 
     configure_logging(f"namesrv {args.listen}", args.log_level)
     config = NameServerConfig(listen=args.listen, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
-                              expiry_s=args.expiry, scan_interval_s=args.scan_interval)
-    return asyncio.run(run_nameserver(config))
+                              expiry_s=args.expiry, scan_interval_s=args.scan_interval,
+                              tls_cert_file=args.tls_cert_file or "", tls_key_file=args.tls_key_file or "",
+                              peer_tls_ca_file=args.peer_tls_ca_file or "", peer_listen=args.peer_listen or "",
+                              auth_enabled=args.auth_enabled == "true", auth_super_user=args.auth_super_user,
+                              auth_super_secret_file=args.auth_super_secret_file or "")
+    return asyncio.run(run_nameserver(config, exit_with_parent=args.exit_with_parent))
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
@@ -304,8 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="node i serves gRPC on BASE+i and metrics on BASE+100+i")
     up.add_argument("--group", default="default")
     up.add_argument("--secure", action="store_true",
-                    help="TLS for clients, mutual TLS between peers (on BASE+200+i), auth and ACLs on; the CA and "
-                         "the super user admin's secret go under DATA-DIR/secure/")
+                    help="TLS for clients, mutual TLS between peers (on BASE+200+i; with --groups BASE+200+10g+i, and "
+                         "the name server's members' port BASE+290), auth and ACLs on; the CA and the super user "
+                         "admin's secret go under DATA-DIR/secure/")
     up.add_argument("--groups", type=positive_int, default=1,
                     help="broker groups g0..g<G-1> behind a name server on BASE+90 (metrics BASE+190); node i of "
                          "group g is g<g>n<i> on BASE+10g+i (metrics BASE+100+10g+i)")
@@ -366,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "caught up, then a voter")
     member_add.add_argument("--id", required=True, metavar="ID")
     member_add.add_argument("--address", required=True, metavar="HOST:PORT", help="the address peers reach it at")
+    member_add.add_argument("--client-address", metavar="HOST:PORT",
+                            help="where clients reach it, when not at --address (required under mutual TLS: "
+                                 "peers have ports of their own)")
     member_add.add_argument("--no-wait", action="store_true",
                             help="return once it is a learner, without waiting for its promotion")
     member_add.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
@@ -403,6 +412,19 @@ def _add_nameserver_parser(commands: Any) -> None:
     parser.add_argument("--scan-interval", type=positive_float, default=DEFAULT_SCAN_INTERVAL_S,
                         metavar="SECONDS", help=f"how often to look for such groups "
                                                 f"(default {DEFAULT_SCAN_INTERVAL_S:.0f})")
+    # Security, as a node's (docs/groups.md, "Security").
+    parser.add_argument("--tls-cert-file", metavar="FILE", help="this name server's certificate: --listen speaks TLS")
+    parser.add_argument("--tls-key-file", metavar="FILE", help="the key of --tls-cert-file")
+    parser.add_argument("--peer-tls-ca-file", metavar="FILE",
+                        help="the cluster CA: --peer-listen requires a certificate it signed")
+    parser.add_argument("--peer-listen", type=address_arg, metavar="HOST:PORT",
+                        help="with TLS, the members' mutual-TLS port: groups register there only")
+    parser.add_argument("--auth-enabled", choices=["true", "false"], default="false",
+                        help="require RocketMQ 5 signatures on the clients' port")
+    parser.add_argument("--auth-super-user", default="admin", metavar="NAME",
+                        help="the cluster's super user (default admin), as the nodes' --auth-super-user")
+    parser.add_argument("--auth-super-secret-file", metavar="FILE", help="its secret, as the nodes have it")
+    parser.add_argument("--exit-with-parent", type=int, metavar="PID", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.set_defaults(run=cmd_nameserver)
 

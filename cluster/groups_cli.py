@@ -17,6 +17,7 @@ import grpc
 
 from broker.client import AdminClient, TopicInfo
 from dledger.client import DLedgerClient
+from dledger.rpc.credentials import ClientSecurity
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
@@ -56,7 +57,7 @@ async def find_groups(servers: list[str]) -> list[Group]:
 
 async def _listed_groups(address: str) -> list[apb.BrokerGroup] | None:
     try:
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with ClientSecurity.from_env().channel(address) as channel:
             answer = await admin_pb2_grpc.AdminServiceStub(channel).ListBrokerGroups(
                 apb.ListBrokerGroupsRequest(), timeout=PROBE_TIMEOUT_S)
     except grpc.aio.AioRpcError:
@@ -112,7 +113,7 @@ async def wait_routed(groups: list[Group], topic: str, timeout_s: float = 10.0) 
     request = spb.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=pb.Endpoints(
         scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)]))
     deadline = time.monotonic() + timeout_s
-    async with grpc.aio.insecure_channel(groups[0].addresses[0]) as channel:
+    async with ClientSecurity.from_env().channel(groups[0].addresses[0]) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         while time.monotonic() < deadline:
             try:

@@ -15,7 +15,10 @@ With `--secure` (cluster/secure_setup.py) the launcher first makes a CA,
 node certificates and the super user `admin`'s secret under
 `<data-dir>/secure/` (kept for the next start), then runs every node with
 TLS for clients on base-port+i, mutual TLS between peers on
-base-port+200+i, and authentication and ACLs on.
+base-port+200+i, and authentication and ACLs on. With several groups as
+well, node i of group g talks mutual TLS on base-port+200+10g+i, and the
+name server serves clients over TLS on base-port+90 and members (the
+groups' registrations) over mutual TLS on base-port+290, with auth on.
 """
 from __future__ import annotations
 
@@ -74,21 +77,28 @@ def plan_nodes(count: int, data_dir: str, base_port: int, host: str = "127.0.0.1
 
 
 def plan_groups(groups: int, count: int, data_dir: str, base_port: int,
-                host: str = "127.0.0.1") -> tuple[list[NodeSpec], NodeSpec]:
+                host: str = "127.0.0.1", secure: bool = False) -> tuple[list[NodeSpec], NodeSpec]:
     """The nodes of `groups` broker groups and their name server (its
-    NodeSpec's port and metrics port; no data)."""
+    NodeSpec's port and metrics port, and with `secure` its members' port;
+    no data)."""
     if not 1 < groups <= NAMESRV_PORT_OFFSET // GROUP_PORT_STRIDE:
         raise ValueError(f"--groups must be 1..{NAMESRV_PORT_OFFSET // GROUP_PORT_STRIDE}")
     if not 1 <= count <= GROUP_PORT_STRIDE:
         raise ValueError(f"--nodes must be 1..{GROUP_PORT_STRIDE} with several groups")
-    namesrv_metrics = base_port + METRICS_PORT_OFFSET + NAMESRV_PORT_OFFSET
-    if not (0 < base_port and namesrv_metrics < 65536):
+    highest = base_port + (PEER_PORT_OFFSET if secure else METRICS_PORT_OFFSET) + NAMESRV_PORT_OFFSET
+    if not (0 < base_port and highest < 65536):
         raise ValueError(f"--base-port {base_port}: the ports would leave 1..65535")
+    peer = PEER_PORT_OFFSET if secure else None
+
+    def peer_port(offset: int) -> int:
+        return base_port + peer + offset if peer is not None else 0
+
     nodes = [NodeSpec(f"g{g}n{i}", host, base_port + GROUP_PORT_STRIDE * g + i,
                       base_port + METRICS_PORT_OFFSET + GROUP_PORT_STRIDE * g + i,
-                      str(Path(data_dir) / f"g{g}n{i}"), group=f"g{g}")
+                      str(Path(data_dir) / f"g{g}n{i}"), peer_port(GROUP_PORT_STRIDE * g + i), group=f"g{g}")
              for g in range(groups) for i in range(count)]
-    namesrv = NodeSpec("namesrv", host, base_port + NAMESRV_PORT_OFFSET, namesrv_metrics, "")
+    namesrv = NodeSpec("namesrv", host, base_port + NAMESRV_PORT_OFFSET,
+                       base_port + METRICS_PORT_OFFSET + NAMESRV_PORT_OFFSET, "", peer_port(NAMESRV_PORT_OFFSET))
     return nodes, namesrv
 
 
@@ -98,21 +108,26 @@ def peers_flag(nodes: list[NodeSpec]) -> str:
 
 def node_command(node: NodeSpec, nodes: list[NodeSpec], group: str, secure: SecureSetup | None = None,
                  namesrv: NodeSpec | None = None) -> list[str]:
+    members = [n for n in nodes if n.group == node.group]
     command = [sys.executable, "-m", "cluster.cli", "node", "--id", node.id,
-               "--peers", peers_flag([n for n in nodes if n.group == node.group]), "--data-dir", node.data_dir,
+               "--peers", peers_flag(members), "--data-dir", node.data_dir,
                "--metrics-port", str(node.metrics_port), "--group", node.group or group,
                "--exit-with-parent", str(os.getpid())]
     if namesrv is not None:
-        command += ["--namesrv-addrs", namesrv.address]
+        # Secured: the name server's members' port (mutual TLS).
+        command += ["--namesrv-addrs", namesrv.peer_address]
     if secure is not None:
-        command += ["--advertised-addresses", ",".join(f"{n.id}={n.address}" for n in nodes),
+        command += ["--advertised-addresses", ",".join(f"{n.id}={n.address}" for n in members),
                     *secure.node_args(node.id)]
     return command
 
 
-def namesrv_command(namesrv: NodeSpec) -> list[str]:
-    return [sys.executable, "-m", "cluster.cli", "nameserver", "--listen", namesrv.address,
-            "--metrics-port", str(namesrv.metrics_port)]
+def namesrv_command(namesrv: NodeSpec, secure: SecureSetup | None = None) -> list[str]:
+    command = [sys.executable, "-m", "cluster.cli", "nameserver", "--listen", namesrv.address,
+               "--metrics-port", str(namesrv.metrics_port), "--exit-with-parent", str(os.getpid())]
+    if secure is not None:
+        command += ["--peer-listen", namesrv.peer_address, *secure.node_args(namesrv.id)]
+    return command
 
 
 def _child_env() -> dict[str, str]:
@@ -161,10 +176,11 @@ class Launcher:
         env = _child_env()
         if self.namesrv is not None:
             # First, so that the leaders' first registrations find it.
-            process = await asyncio.create_subprocess_exec(*namesrv_command(self.namesrv), env=env,
+            process = await asyncio.create_subprocess_exec(*namesrv_command(self.namesrv, self.secure), env=env,
                                                            stdin=asyncio.subprocess.DEVNULL)
             self.processes[self.namesrv.id] = process
-            say(f"namesrv grpc={self.namesrv.address} "
+            members = f" members={self.namesrv.peer_address}" if self.secure is not None else ""
+            say(f"namesrv grpc={self.namesrv.address}{members} "
                 f"metrics=http://{self.namesrv.host}:{self.namesrv.metrics_port}/metrics pid={process.pid}")
         for node in self.nodes:
             Path(node.data_dir).mkdir(parents=True, exist_ok=True)
@@ -263,10 +279,15 @@ def _signal(process: asyncio.subprocess.Process, signum: int) -> None:
 
 async def cluster_up(count: int, data_dir: str, base_port: int, group: str = "default",
                      secure: bool = False, groups: int = 1) -> int:
+    namesrv = None
     if groups > 1:
-        group_nodes, namesrv = plan_groups(groups, count, data_dir, base_port)
-        return await Launcher(group_nodes, group, namesrv=namesrv).run()
-    nodes = plan_nodes(count, data_dir, base_port, secure=secure)
-    setup = SecureSetup.prepare(Path(data_dir), [n.id for n in nodes], [n.address for n in nodes]) \
-        if secure else None
-    return await Launcher(nodes, group, setup).run()
+        nodes, namesrv = plan_groups(groups, count, data_dir, base_port, secure=secure)
+    else:
+        nodes = plan_nodes(count, data_dir, base_port, secure=secure)
+    setup = None
+    if secure:
+        group_names = list(dict.fromkeys(n.group for n in nodes))
+        ids = [n.id for n in nodes] + ([namesrv.id] if namesrv is not None else [])
+        setup = SecureSetup.prepare(Path(data_dir), ids,
+                                    [[n.address for n in nodes if n.group == g] for g in group_names])
+    return await Launcher(nodes, group, setup, namesrv).run()

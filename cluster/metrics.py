@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from cluster.console.backend import Target
 from cluster.console.server import ConsoleHttpServer, start_console_server, stop_console_server
+from dledger.rpc.credentials import ClientSecurity
 from dledger.status import NodeStatus
 
 log = logging.getLogger(__name__)
@@ -182,10 +183,12 @@ class NodeMetrics:
         host, _, port = address.rpartition(":")
         self._http = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
 
-    def serve_with_console(self, address: str, console: Target) -> None:
+    def serve_with_console(self, address: str, console: Target, security: ClientSecurity | None = None,
+                           sign_in: bool = False) -> None:
         """`serve`, plus the web console on the same port (cluster/console/),
-        reading the cluster through `console` (the node's own client address)."""
-        self._http = start_console_server(address, console, self.registry)
+        reading the cluster through `console` (the node's own client address,
+        over TLS trusting `security`'s CA; with `sign_in` as the page's user)."""
+        self._http = start_console_server(address, console, self.registry, security, sign_in)
 
     def close(self) -> None:
         if self._http is not None:

@@ -45,7 +45,7 @@ from broker.auth.guard import AccessGuard, AuthSettings
 from broker.auth.interceptor import AuthInterceptor
 from broker.auth.service import add_auth_service
 from broker.namespaces import NamespaceInterceptor
-from dledger.rpc.credentials import read_secret
+from dledger.rpc.credentials import ClientSecurity, read_secret
 
 log = logging.getLogger("dledger.node")
 
@@ -128,7 +128,7 @@ class Node:
         # The broker registers its state machines with the store before the
         # store replays the log into them.
         self.broker = Broker(broker_settings, self.store, self.server, tls=self.tls,
-                             registration_observer=self.metrics.on_registration)
+                             registration_observer=self.metrics.on_registration, signing=signing)
         guard = self.guard = AccessGuard(auth, self.broker.auth_metadata)
         guard.on_denied = self.metrics.on_auth_denied
         if self._auth_interceptor is not None:
@@ -210,14 +210,12 @@ class Node:
     def _serve_metrics(self, address: str) -> None:
         try:
             config = self.config
-            if config.auth_enabled or self.tls.enabled:
-                # The console would serve the admin APIs to whoever reaches
-                # the metrics port, without credentials: on a secured node it
-                # runs only as `dledger console` with the operator's own.
-                self.metrics.serve(address)
-                return
-            # The web console shares the port; it reads the cluster through this node's gRPC APIs.
-            self.metrics.serve_with_console(address, Target((config.address_of(config.self_id),), config.group))
+            # The web console shares the port; it reads the cluster through
+            # this node's gRPC APIs, on its client port (TLS trusting the
+            # cluster CA). With auth on it holds no credentials: the page asks
+            # the user to sign in and signs its requests (cluster/console/).
+            self.metrics.serve_with_console(address, Target((self_client_address(config),), config.group),
+                                            ClientSecurity(ca=self.tls.ca), sign_in=config.auth_enabled)
         except OSError as error:
             raise NodeStartError(f"cannot serve metrics on {address}: {error.strerror}") from None
 
@@ -252,6 +250,15 @@ class _LateAuthInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
         assert self.interceptor is not None, "the auth interceptor is set before the server starts"
         return await self.interceptor.intercept_service(continuation, details)
+
+
+def self_client_address(config: DLedgerConfig) -> str:
+    """Where this node's own console reaches its client port: the bound
+    address, loopback for a wildcard bind (node certificates always name
+    127.0.0.1, so TLS verifies)."""
+    address = config.client_bind_address if config.mutual_tls else config.bind_address
+    host, _, port = address.rpartition(":")
+    return f"127.0.0.1:{port}" if host in ("0.0.0.0", "::", "[::]", "") else address
 
 
 def broker_config(config: DLedgerConfig, settings: dict[str, Any] | None = None) -> BrokerConfig:
@@ -296,7 +303,7 @@ async def run_node(config: DLedgerConfig, exit_with_parent: int | None = None,
         stop.set()
 
     set_crash_handler(fail_stop)
-    watcher = asyncio.create_task(_watch_parent(exit_with_parent, stop)) if exit_with_parent else None
+    watcher = asyncio.create_task(watch_parent(exit_with_parent, stop)) if exit_with_parent else None
     try:
         await node.start()
         await stop.wait()
@@ -321,7 +328,7 @@ def _on_signal(signum: int, stop: asyncio.Event) -> None:
     stop.set()
 
 
-async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+async def watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
     """A node started by `dledger cluster up` must not outlive the launcher
     when the launcher itself is killed (SIGKILL gives it no chance to clean
     up): the node stops once it has been re-parented."""

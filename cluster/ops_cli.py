@@ -195,10 +195,17 @@ async def cmd_console(args: argparse.Namespace) -> int:
     """The web console in the foreground (every node also serves it on its metrics port)."""
     import asyncio
 
-    from cluster.console.backend import Target
+    from cluster.console.backend import Target, requires_sign_in
     from cluster.console.server import start_console_server, stop_console_server
+    from dledger.rpc.credentials import ClientSecurity
 
-    server, thread = start_console_server(args.listen, Target(tuple(args.servers), args.dledger_group))
+    # With the operator's credentials (--user/--secret-file or DLEDGER_*) the
+    # console acts as that operator; without, on a cluster that requires
+    # credentials, the page asks each user to sign in.
+    security = ClientSecurity.from_env()
+    target = Target(tuple(args.servers), args.dledger_group)
+    sign_in = not security.user and await asyncio.to_thread(requires_sign_in, target, security)
+    server, thread = start_console_server(args.listen, target, security=security, sign_in=sign_in)
     host, port = server.server_address[:2]
     line = {"console": f"http://{host}:{port}/console/"}
     print(dumps(line) if args.json else f"console on http://{host}:{port}/console/ (Ctrl-C stops it)", flush=True)

@@ -1,5 +1,6 @@
 """What `dledger cluster up --secure` prepares under `<data-dir>/secure/`:
-the CA (`ca.pem`; its key `ca.key`), one certificate per node, and the super
+the CA (`ca.pem`; its key `ca.key`), one certificate per node (and one for
+the name server, `namesrv`, with several groups), and the super
 user `admin`'s secret (`admin.secret`, mode 0600, random). Made once and
 kept: a second `cluster up --secure` on the same data dir reuses them (the
 nodes' logs already hold users whose policies refer to that cluster)."""
@@ -30,12 +31,13 @@ class SecureSetup:
         return self.directory / "admin.secret"
 
     @classmethod
-    def prepare(cls, data_dir: Path, node_ids: list[str], client_addresses: list[str]) -> "SecureSetup":
+    def prepare(cls, data_dir: Path, node_ids: list[str], client_addresses: list[list[str]]) -> "SecureSetup":
+        """`client_addresses`: each broker group's nodes' client addresses."""
         setup = cls(data_dir / "secure")
         missing = not setup.ca_file.exists() or any(not (setup.directory / f"{n}.pem").exists() for n in node_ids)
         if missing:
             from cluster import certs
-            certs.create(setup.directory, node_ids, endpoints=client_addresses)
+            certs.create(setup.directory, node_ids, endpoint_groups=client_addresses)
         if not setup.admin_secret_file.exists():
             fd = os.open(setup.admin_secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -43,6 +45,7 @@ class SecureSetup:
         return setup
 
     def node_args(self, node_id: str) -> list[str]:
+        """A node's flags; a name server takes the same (its id `namesrv`)."""
         return ["--tls-cert-file", str(self.directory / f"{node_id}.pem"),
                 "--tls-key-file", str(self.directory / f"{node_id}-key.pem"),
                 "--peer-tls-ca-file", str(self.ca_file),

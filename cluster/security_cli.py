@@ -21,8 +21,10 @@ def cmd_certs_create(args: argparse.Namespace) -> int:
         print("dledger certs create: error: --nodes names no node", file=sys.stderr)
         return 2
     out = Path(args.out)
-    pairs = certs.create(out, nodes, hosts, [e.strip() for e in (args.endpoints or "").split(",") if e.strip()])
-    print(f"CA: {out / 'ca.pem'} (key {out / 'ca.key'}, keep it offline)")
+    reused = certs.load_ca(out) is not None
+    groups = [[e.strip() for e in text.split(",") if e.strip()] for text in args.endpoints or []]
+    pairs = certs.create(out, nodes, hosts, endpoint_groups=[g for g in groups if g])
+    print(f"CA: {out / 'ca.pem'} (key {out / 'ca.key'}, keep it offline){' (the CA already there)' if reused else ''}")
     for name, pair in pairs.items():
         print(f"{name}: {pair.cert_file} {pair.key_file}")
     return 0
@@ -31,15 +33,16 @@ def cmd_certs_create(args: argparse.Namespace) -> int:
 def add_security_commands(commands: Any) -> None:
     certs = commands.add_parser("certs", help="certificates for TLS and mutual TLS between peers")
     certs_commands = certs.add_subparsers(dest="certs_command", required=True, metavar="COMMAND")
-    create = certs_commands.add_parser("create", help="a CA and one certificate per node (and one `client`)")
+    create = certs_commands.add_parser("create", help="a CA and one certificate per node (and one `client`); a CA "
+                                                      "already in --out signs them (adding a node)")
     create.add_argument("--out", required=True, metavar="DIR")
     create.add_argument("--nodes", required=True, metavar="ID,...", help="node ids (each is a DNS SAN)")
     create.add_argument("--hosts", metavar="HOST,...",
                         help="extra host names or IPs every node certificate covers (localhost and "
                              "127.0.0.1 always are)")
-    create.add_argument("--endpoints", metavar="HOST:PORT,...",
-                        help="the client addresses of all nodes: the official RocketMQ Python client verifies "
-                             "them as one name when it connects with TLS")
+    create.add_argument("--endpoints", metavar="HOST:PORT,...", action="append",
+                        help="the client addresses of all nodes of a group: the official RocketMQ Python client "
+                             "verifies them as one name when it connects with TLS (once per broker group)")
     create.set_defaults(run=cmd_certs_create, sync=True)
     add_user_and_acl_commands(commands)
 

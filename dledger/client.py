@@ -134,11 +134,18 @@ def rpc_error(error: grpc.aio.AioRpcError, address: str) -> DLedgerError:
         return DLedgerError(ResponseCode.TIMEOUT, f"{address} did not answer in time")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{address}: {detail}")
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return DLedgerError(ResponseCode.UNAUTHENTICATED, f"{address} refused the credentials: {detail}")
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return DLedgerError(ResponseCode.FORBIDDEN, f"{address}: {detail}")
     return DLedgerError(ResponseCode.INTERNAL_ERROR, f"{address}: {code.name}: {detail}")
 
 
 def member_json(member: pb.Member) -> dict[str, str]:
-    return {"id": member.id, "address": member.address, "role": member.role}
+    data = {"id": member.id, "address": member.address, "role": member.role}
+    if member.client_address:
+        data["client_address"] = member.client_address
+    return data
 
 
 def header_error(header: pb.Header, address: str) -> DLedgerError | None:
@@ -501,11 +508,13 @@ class DLedgerClient:
         return [member_json(m) for m in response.members]
 
     async def add_member(self, member_id: str, address: str, wait_for_voter: bool = True,
-                         timeout_s: float = 60.0) -> list[dict[str, str]]:
+                         timeout_s: float = 60.0, client_address: str = "") -> list[dict[str, str]]:
         """Add a server (peer address HOST:PORT), started with --join. It joins
         as a learner; with `wait_for_voter`, return once the leader has
-        promoted it (it caught up), else once the learner entry is committed."""
-        members = await self._change_membership(pb.ADD_MEMBER, member_id, address)
+        promoted it (it caught up), else once the learner entry is committed.
+        `client_address`: where clients reach it (needed under mutual TLS,
+        where peers have ports of their own)."""
+        members = await self._change_membership(pb.ADD_MEMBER, member_id, address, client_address)
         if not wait_for_voter:
             return members
         deadline = time.monotonic() + timeout_s
@@ -526,9 +535,10 @@ class DLedgerClient:
         """Remove a member (voter or learner); returns once the removal is committed."""
         return await self._change_membership(pb.REMOVE_MEMBER, member_id, "")
 
-    async def _change_membership(self, action: int, member_id: str, address: str) -> list[dict[str, str]]:
+    async def _change_membership(self, action: int, member_id: str, address: str, client_address: str = ""
+                                 ) -> list[dict[str, str]]:
         request = pb.ChangeMembershipRequest(header=self._header(), action=action, member_id=member_id,
-                                             address=address)
+                                             address=address, client_address=client_address)
         attempts = [0]
 
         async def call(stub: Stub) -> pb.ChangeMembershipResponse:

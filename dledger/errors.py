@@ -55,6 +55,10 @@ class ResponseCode(IntEnum):
     CORRUPT_LOG = 431
     # A membership change is refused while another one is not yet committed.
     MEMBERSHIP_CHANGE_IN_PROGRESS = 432
+    # A secured node refused the caller: no or bad credentials (gRPC
+    # UNAUTHENTICATED), or its ACLs do not allow the call (PERMISSION_DENIED).
+    UNAUTHENTICATED = 433
+    FORBIDDEN = 434
 
     @classmethod
     def of(cls, value: int) -> "ResponseCode":

@@ -53,6 +53,9 @@ class Member:
     id: str
     address: str
     role: str = VOTER
+    # Where clients reach it, when not at `address` (given to `member add`
+    # under mutual TLS, where peers have ports of their own); "": `address`.
+    client_address: str = ""
 
     @property
     def is_voter(self) -> bool:
@@ -100,29 +103,34 @@ class Membership:
         return member.address if member else ""
 
     # ------------------------------------------------------------- changes
-    def with_learner(self, member_id: str, address: str) -> "Membership":
-        return Membership(self.members + (Member(member_id, address, LEARNER),))
+    def with_learner(self, member_id: str, address: str, client_address: str = "") -> "Membership":
+        return Membership(self.members + (Member(member_id, address, LEARNER, client_address),))
 
     def promoted(self, member_id: str) -> "Membership":
-        return Membership(tuple(Member(m.id, m.address, VOTER) if m.id == member_id else m for m in self.members))
+        return Membership(tuple(Member(m.id, m.address, VOTER, m.client_address) if m.id == member_id else m
+                                for m in self.members))
 
     def without(self, member_id: str) -> "Membership":
         return Membership(tuple(m for m in self.members if m.id != member_id))
 
     # -------------------------------------------------------------- codec
     def to_json(self) -> bytes:
-        return json.dumps({"members": [{"id": m.id, "address": m.address, "role": m.role}
-                                       for m in self.members]}, separators=(",", ":")).encode()
+        return json.dumps({"members": [_member_json(m) for m in self.members]}, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, data: bytes | str) -> "Membership":
         value = json.loads(data)
-        members = tuple(Member(str(m["id"]), str(m["address"]), str(m.get("role", VOTER)))
-                        for m in value["members"])
+        members = tuple(Member(str(m["id"]), str(m["address"]), str(m.get("role", VOTER)),
+                               str(m.get("clientAddress", ""))) for m in value["members"])
         for m in members:
             if m.role not in ROLES:
                 raise ValueError(f"member {m.id!r}: unknown role {m.role!r}")
         return cls(members)
+
+    def client_address_of(self, member_id: str) -> str:
+        """The client address `member add` was given for it ("" if none)."""
+        member = self.get(member_id)
+        return member.client_address if member else ""
 
     def describe(self) -> str:
         return ", ".join(f"{m.id}={m.address}{'' if m.is_voter else ' (learner)'}" for m in self.members)
@@ -136,22 +144,31 @@ def check_address(address: str) -> None:
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"address {address!r}: expected HOST:PORT")
 
 
-def plan_add(current: Membership, member_id: str, address: str) -> Membership | None:
+def plan_add(current: Membership, member_id: str, address: str, client_address: str = "",
+             separate_client_port: bool = False) -> Membership | None:
     """The configuration that adds `member_id` as a learner; None when it is
-    already a member at that address (a retried request: nothing to do)."""
+    already a member at that address (a retried request: nothing to do).
+    `separate_client_port`: the group's peers talk mutual TLS on ports of
+    their own, so clients need the new member's client address."""
     if not member_id or any(c in member_id for c in ",=; "):
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"member id {member_id!r} is not a valid id")
     check_address(address)
+    if client_address:
+        check_address(client_address)
+    elif separate_client_port:
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                           f"this group's peers talk mutual TLS on ports of their own, which clients cannot use: "
+                           f"give {member_id}'s client address too (dledger member add --client-address HOST:PORT)")
     existing = current.get(member_id)
     if existing is not None:
-        if existing.address == address:
+        if existing.address == address and existing.client_address == client_address:
             return None
         raise DLedgerError(ResponseCode.UNEXPECTED_MEMBER,
                            f"{member_id} is already a member at {existing.address}; remove it first to move it")
     for m in current.members:
         if m.address == address:
             raise DLedgerError(ResponseCode.UNEXPECTED_MEMBER, f"{m.id} already uses the address {address}")
-    return current.with_learner(member_id, address)
+    return current.with_learner(member_id, address, client_address)
 
 
 def plan_remove(current: Membership, member_id: str) -> Membership:
@@ -308,3 +325,10 @@ class MembershipLog:
     def _notify(self) -> None:
         for listener in self.listeners:
             listener(self.current)
+
+
+def _member_json(member: Member) -> dict[str, str]:
+    data = {"id": member.id, "address": member.address, "role": member.role}
+    if member.client_address:
+        data["clientAddress"] = member.client_address
+    return data

@@ -147,7 +147,12 @@ class DLedgerServer:
         return self.membership.address_of(peer_id)
 
     def client_address_of(self, peer_id: str) -> str:
-        """The address a client should use for node `peer_id`."""
+        """The address a client should use for node `peer_id`: the one its
+        `member add` gave, else this node's --advertised-addresses, else its
+        peer address."""
+        added = self.membership.current.client_address_of(peer_id)
+        if added:
+            return added
         for p in self.config.advertised_addresses:
             if p.id == peer_id:
                 return p.address
@@ -238,7 +243,8 @@ class DLedgerServer:
                             leader_id=ms.leader_id, leader_address=ms.leader_address)
 
     # ---------------------------------------------------------- membership
-    async def change_membership(self, action: int, member_id: str, address: str) -> tuple[int, Membership]:
+    async def change_membership(self, action: int, member_id: str, address: str, client_address: str = ""
+                                ) -> tuple[int, Membership]:
         """On the leader: add a server (as a learner; the leader promotes it
         once caught up) or remove one. Returns once the change is committed:
         (the configuration entry's index, or -1 when there was nothing to do;
@@ -249,7 +255,7 @@ class DLedgerServer:
         check_can_change(self.membership.pending_index, pusher.is_ready())
         current = self.membership.current
         if action == pb.ADD_MEMBER:
-            planned = plan_add(current, member_id, address)
+            planned = plan_add(current, member_id, address, client_address, self.config.mutual_tls)
             if planned is None:
                 return -1, current
         elif action == pb.REMOVE_MEMBER:
@@ -263,7 +269,8 @@ class DLedgerServer:
 
     async def handle_change_membership(self, request: pb.ChangeMembershipRequest) -> pb.ChangeMembershipResponse:
         self.check_group(request.header)
-        index, membership = await self.change_membership(request.action, request.member_id, request.address)
+        index, membership = await self.change_membership(request.action, request.member_id, request.address,
+                                                         request.client_address)
         return pb.ChangeMembershipResponse(members=members_to_pb(membership), index=index)
 
     def handle_list_members(self, request: pb.ListMembersRequest) -> pb.ListMembersResponse:
@@ -606,7 +613,8 @@ class DLedgerServer:
 
 
 def members_to_pb(membership: Membership) -> list[pb.Member]:
-    return [pb.Member(id=m.id, address=m.address, role=m.role) for m in membership.members]
+    return [pb.Member(id=m.id, address=m.address, role=m.role, client_address=m.client_address)
+            for m in membership.members]
 
 
 def entry_to_pb(entry: DLedgerEntry) -> pb.Entry:

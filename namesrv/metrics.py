@@ -33,6 +33,8 @@ class NameServerMetrics:
                                              registry=self.registry)
         self.route_queries = Counter("dledger_namesrv_route_queries", "RouteByTopic calls served",
                                      registry=self.registry)
+        self.auth_denied = Counter("dledger_namesrv_auth_denied", "Calls refused by authentication or ACLs",
+                                   ["reason", "rpc"], registry=self.registry)
         self._http: tuple[object, object] | None = None
 
     def watch_table(self, groups: Callable[[], int], expiries: Callable[[], int]) -> None:

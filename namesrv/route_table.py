@@ -17,8 +17,9 @@ DLedger term and when that was. Rules:
 - A group not heard from for `expiry_s` is dropped by `expire` (the
   scanner's decision); the leader unregisters it when it shuts down.
 
-This is not an authentication boundary (anybody who can reach the port can
-register); it catches misconfiguration, as RocketMQ's name server does.
+These rules catch misconfiguration, as RocketMQ's name server does; who
+may register at all is decided before them (namesrv/access.py: on a
+secured name server, members of the cluster only).
 """
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ class Registration:
     term: int
     nodes: tuple[NodeInfo, ...]
     topics: tuple[TopicRouteData, ...]
+    # A secured group's users and ACLs (namesrv/access.py); empty otherwise.
+    auth_metadata: bytes = b""
 
 
 @dataclass
@@ -77,6 +80,7 @@ class GroupRecord:
     topics: dict[str, TopicRouteData]
     last_update: float                     # monotonic, for expiry
     last_update_wall_ms: int = 0           # for people
+    auth_metadata: bytes = b""
 
     @property
     def leader(self) -> NodeInfo:
@@ -99,7 +103,8 @@ class RouteTable:
         self._check_claim(registration)
         record = GroupRecord(registration.cluster_name, registration.broker_name, registration.term,
                              registration.node_id, registration.nodes,
-                             {t.topic: t for t in registration.topics}, now, int(time.time() * 1000))
+                             {t.topic: t for t in registration.topics}, now, int(time.time() * 1000),
+                             registration.auth_metadata)
         self.groups[registration.broker_name] = record
         return record
 

@@ -411,26 +411,30 @@ class MetadataResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., ledger_begin_index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[PeerState, _Mapping]]] = ..., pid: _Optional[int] = ..., metrics_address: _Optional[str] = ..., flushed_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., cluster_id: _Optional[str] = ..., repairing: _Optional[bool] = ..., repair_until: _Optional[int] = ...) -> None: ...
 
 class Member(_message.Message):
-    __slots__ = ("id", "address", "role")
+    __slots__ = ("id", "address", "role", "client_address")
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     id: str
     address: str
     role: str
-    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
+    client_address: str
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ..., client_address: _Optional[str] = ...) -> None: ...
 
 class ChangeMembershipRequest(_message.Message):
-    __slots__ = ("header", "action", "member_id", "address")
+    __slots__ = ("header", "action", "member_id", "address", "client_address")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     header: Header
     action: MembershipAction
     member_id: str
     address: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., action: _Optional[_Union[MembershipAction, str]] = ..., member_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+    client_address: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., action: _Optional[_Union[MembershipAction, str]] = ..., member_id: _Optional[str] = ..., address: _Optional[str] = ..., client_address: _Optional[str] = ...) -> None: ...
 
 class ChangeMembershipResponse(_message.Message):
     __slots__ = ("header", "members", "index")

@@ -16,6 +16,12 @@ it has committed itself, so a follower behind the pinned end refuses
 REPLICA_WAIT_S and then handed to the next node, the leader last. A read cut
 off midway resumes after the last entry delivered, on the next node.
 maxBytesPerSecond throttles a partition's reads.
+
+On a secured cluster every client here signs and trusts the CA as the
+source's user, secretFile and tlsCa options say (or DLEDGER_USER,
+DLEDGER_SECRET_FILE, DLEDGER_TLS_CA); a refusal stops planning at once with
+a message saying which options to give, rather than waiting out the
+planning timeout.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError, ResponseCode
 from rpcgen import dledger_pb2 as pb
 from spark.entry_scan import scanned_magic
+from spark.options import LiveAccess
 from spark.partitions import LiveRange
 
 # Entries handed from the event loop to the (synchronous) Spark reader at a time.
@@ -72,14 +79,26 @@ class GroupView:
     followers: tuple[str, ...]  # addresses of the other nodes that answered
 
 
-def committed_bounds(servers: tuple[str, ...], group: str,
-                     timeout_s: float = PLANNING_TIMEOUT_S) -> tuple[int, int]:
+REFUSED = (ResponseCode.UNAUTHENTICATED, ResponseCode.FORBIDDEN)
+
+
+def refused(error: DLedgerError) -> DLedgerError:
+    """A node's refusal of the caller, with what to do about it."""
+    return DLedgerError(error.code, f"{error.message}. The cluster requires credentials the dledger source did not "
+                                    f"give or that it refuses: set the options user and secretFile (and tlsCa for "
+                                    f"TLS), or DLEDGER_USER, DLEDGER_SECRET_FILE and DLEDGER_TLS_CA before the "
+                                    f"Spark session starts; the user needs Sub on the Cluster")
+
+
+def committed_bounds(servers: tuple[str, ...], group: str, timeout_s: float = PLANNING_TIMEOUT_S,
+                     access: LiveAccess = LiveAccess()) -> tuple[int, int]:
     """(begin index, committed index) of the group, within `timeout_s` whatever elections happen."""
-    view = group_view(servers, group, timeout_s)
+    view = group_view(servers, group, timeout_s, access)
     return view.begin_index, view.committed_index
 
 
-def group_view(servers: tuple[str, ...], group: str, timeout_s: float = PLANNING_TIMEOUT_S) -> GroupView:
+def group_view(servers: tuple[str, ...], group: str, timeout_s: float = PLANNING_TIMEOUT_S,
+               access: LiveAccess = LiveAccess()) -> GroupView:
     async def ask(client: DLedgerClient) -> GroupView:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -87,11 +106,12 @@ def group_view(servers: tuple[str, ...], group: str, timeout_s: float = PLANNING
             if view is not None:
                 return view
             if time.monotonic() >= deadline:
+                tls = "" if access.security().ca else "; a cluster with TLS needs the tlsCa option"
                 raise DLedgerError(ResponseCode.NETWORK_ERROR,
                                    f"no node of group {group!r} answered Metadata within {timeout_s:.0f}s "
-                                   f"(servers {','.join(servers)})")
+                                   f"(servers {','.join(servers)}{tls})")
             await asyncio.sleep(0.2)
-    return _with_client(servers, group, ask)
+    return _with_client(servers, group, ask, access)
 
 
 async def _probe(client: DLedgerClient) -> GroupView | None:
@@ -125,13 +145,16 @@ async def _probe(client: DLedgerClient) -> GroupView | None:
 async def _metadata(client: DLedgerClient, address: str) -> pb.MetadataResponse | None:
     try:
         return await client.metadata(address)
-    except DLedgerError:
-        return None  # another group, or a node that refuses: not one to plan with
+    except DLedgerError as error:
+        if error.code in REFUSED:
+            raise refused(error) from None
+        return None  # another group, or a node that cannot answer: not one to plan with
 
 
-def _with_client(servers: tuple[str, ...], group: str, work: Callable[[DLedgerClient], Awaitable[T]]) -> T:
+def _with_client(servers: tuple[str, ...], group: str, work: Callable[[DLedgerClient], Awaitable[T]],
+                 access: LiveAccess = LiveAccess()) -> T:
     async def run() -> T:
-        async with DLedgerClient(servers, group) as client:
+        async with DLedgerClient(servers, group, security=access.security()) as client:
             return await work(client)
     return _LoopThread.run(run())
 
@@ -201,6 +224,8 @@ class _RangeReader:
                 return None
             except DLedgerError as error:
                 await self._drop()
+                if error.code in REFUSED:
+                    raise refused(error) from None
                 if self.sources[0] is None:
                     raise  # the leader read followed the group for its whole deadline
                 await self._on_replica_error(error)
@@ -214,7 +239,7 @@ class _RangeReader:
         source = self.sources[0]
         deadline = REPLICA_DEADLINE_S if source is not None else 10.0
         self.client = DLedgerClient(self.part.servers if source is None else [source], self.part.group,
-                                    deadline_s=deadline)
+                                    deadline_s=deadline, security=self.part.access.security())
         self.stream = self.client.read(self.next_index, self.part.last_index,
                                        from_address=source).__aiter__()
 

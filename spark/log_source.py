@@ -64,14 +64,14 @@ class LiveLog:
         self.options = options
 
     def bounds(self) -> tuple[int, int]:
-        return committed_bounds(self.options.servers, self.options.group)
+        return committed_bounds(self.options.servers, self.options.group, access=self.options.access)
 
     def plan(self, first_index: int, last_index: int) -> list[LiveRange]:
-        replicas = group_view(self.options.servers, self.options.group).followers \
+        replicas = group_view(self.options.servers, self.options.group, access=self.options.access).followers \
             if self.options.prefer_replicas else ()
         return plan_live_ranges(self.options.servers, self.options.group, first_index, last_index,
                                 self.options.entries_per_partition, replicas, self.options.max_bytes_per_second,
-                                self.options.min_partitions)
+                                self.options.min_partitions, self.options.access)
 
 
 def committed_log(options: SourceOptions) -> CommittedLog:

@@ -30,6 +30,10 @@ with a message naming them: a typo must not silently read something else.
     maxBytesPerSecond     live mode: throttle each partition's reads to this many bytes/s
     failOnDataLoss        stream: fail (default) or skip when retention deleted entries not yet read
     decode                arrow (default): RecordBatches to Spark; tuples: row by row (slower, for comparison)
+    user, secretFile      live mode on a secured cluster: sign as this user, its secret the first line
+                          of the file (every executor reads it; the plan carries the path, not the secret)
+    tlsCa                 live mode: trust this CA and speak TLS
+                          (all three default to DLEDGER_USER, DLEDGER_SECRET_FILE, DLEDGER_TLS_CA)
 
 Per-queue JSON and startingTimestamp select rows after decoding (the whole
 committed range is read); topic and subscribePattern too.
@@ -44,6 +48,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dledger.client import parse_servers
+from dledger.rpc.credentials import ClientSecurity
+from dledger.rpc.tls import TlsConfigError
 
 DEFAULT_MAX_PARTITION_BYTES = 128 << 20  # Spark's spark.sql.files.maxPartitionBytes
 DEFAULT_ENTRIES_PER_PARTITION = 100_000
@@ -55,16 +61,33 @@ EARLIEST, LATEST = -2, -1  # Kafka's per-partition JSON values
 KNOWN_OPTIONS = ("path", "servers", "group", "nodeId", "topic", "subscribePattern", "startIndex", "endIndex",
                  "startingOffsets", "endingOffsets", "startingTimestamp", "includeProperties",
                  "maxEntriesPerTrigger", "maxPartitionBytes", "entriesPerPartition", "minPartitions",
-                 "preferReplicas", "maxBytesPerSecond", "failOnDataLoss", "decode")
+                 "preferReplicas", "maxBytesPerSecond", "failOnDataLoss", "decode", "user", "secretFile", "tlsCa")
 _CANONICAL = {name.lower(): name for name in KNOWN_OPTIONS}
 FILE_ONLY = ("nodeId", "maxPartitionBytes")
-LIVE_ONLY = ("entriesPerPartition", "preferReplicas", "maxBytesPerSecond")
+LIVE_ONLY = ("entriesPerPartition", "preferReplicas", "maxBytesPerSecond", "user", "secretFile", "tlsCa")
 # Queue offsets per topic and queue id.
 QueueOffsets = dict[str, dict[int, int]]
 
 
 class OptionError(ValueError):
     """An option that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True)
+class LiveAccess:
+    """How live mode reaches a secured cluster: the user and the paths of
+    its secret and of the CA (empty: DLEDGER_USER, DLEDGER_SECRET_FILE,
+    DLEDGER_TLS_CA of the process). Partitions carry this to the executors,
+    which read the files themselves: no secret in the plan."""
+    user: str = ""
+    secret_file: str = ""
+    tls_ca: str = ""
+
+    def security(self) -> ClientSecurity:
+        try:
+            return ClientSecurity.from_settings(self.user or None, self.secret_file or None, self.tls_ca or None)
+        except (ValueError, TlsConfigError) as error:
+            raise OptionError(f"user/secretFile/tlsCa: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -91,6 +114,7 @@ class SourceOptions:
     prefer_replicas: bool = True
     max_bytes_per_second: int | None = None
     starting_given: bool = False  # startingOffsets was set (else: the mode's default)
+    access: LiveAccess = LiveAccess()
 
     @property
     def live(self) -> bool:
@@ -145,7 +169,17 @@ class SourceOptions:
             prefer_replicas=_boolean("preferReplicas", values.get("preferreplicas", "true")),
             max_bytes_per_second=_optional_integer(values, "maxbytespersecond", 1),
             starting_given=bool(starting_text),
+            access=_access(values),
         )
+
+
+def _access(values: Mapping[str, str]) -> LiveAccess:
+    """The credentials and CA options, checked now (on the driver) so that a
+    missing or unreadable file is an option error, not a task failure."""
+    access = LiveAccess(values.get("user", "").strip(), values.get("secretfile", "").strip(),
+                        values.get("tlsca", "").strip())
+    access.security()
+    return access
 
 
 def _refuse_unknown(values: Mapping[str, str]) -> None:

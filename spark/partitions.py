@@ -14,6 +14,7 @@ from pyspark.sql.datasource import InputPartition
 
 from dledger.entry import INDEX_RECORD_SIZE
 from spark.log_files import LogFiles, LogFilesError, SegmentFile
+from spark.options import LiveAccess
 
 
 # Spark's spark.sql.files.openCostInBytes: a task is worth at least this much reading.
@@ -48,6 +49,7 @@ class LiveRange(InputPartition):
     last_index: int
     replicas: tuple[str, ...] = ()
     max_bytes_per_second: int | None = None
+    access: LiveAccess = LiveAccess()
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,8 @@ def _check_coverage(ranges: list[FileRange], first_index: int, last_index: int,
 
 def plan_live_ranges(servers: tuple[str, ...], group: str, first_index: int, last_index: int,
                      entries_per_partition: int, replicas: tuple[str, ...] = (),
-                     max_bytes_per_second: int | None = None, min_partitions: int = 1) -> list[LiveRange]:
+                     max_bytes_per_second: int | None = None, min_partitions: int = 1,
+                     access: LiveAccess = LiveAccess()) -> list[LiveRange]:
     """Fixed index ranges, decided once at planning: re-running a task reads
     the same committed entries, whoever leads by then. Partition k tries the
     replicas starting from the k-th, so reads spread over the followers."""
@@ -165,6 +168,7 @@ def plan_live_ranges(servers: tuple[str, ...], group: str, first_index: int, las
     while start <= last_index:
         end = min(last_index, start + entries_per_partition - 1)
         k = len(ranges) % len(replicas) if replicas else 0
-        ranges.append(LiveRange(servers, group, start, end, replicas[k:] + replicas[:k], max_bytes_per_second))
+        ranges.append(LiveRange(servers, group, start, end, replicas[k:] + replicas[:k], max_bytes_per_second,
+                                access))
         start = end + 1
     return ranges

@@ -11,6 +11,9 @@ official clients expect; the log, admin and auth services with gRPC's
 UNAUTHENTICATED or PERMISSION_DENIED. Telemetry is checked when it opens
 and again on every settings command the client sends.
 
+The log API's Get and Read keep the entries that hold users' secrets from
+callers who are not super users (broker/auth/log_secrets.py).
+
 Health checks are not checked: load balancers probe without credentials.
 The peer protocol (Vote, HeartBeat, Push, PeerStream) is for super users only: with
 mutual TLS it is served on the members' own port, where this interceptor is
@@ -28,7 +31,8 @@ from google.protobuf import message_factory
 from broker.auth.acl import CLUSTER, Action, User
 from broker.auth.authn import AuthFailure
 from broker.auth.guard import AccessGuard
-from broker.auth.requirements import MESSAGING, REQUIREMENTS, telemetry_requirements
+from broker.auth.log_secrets import holds_secrets, without_secrets
+from broker.auth.requirements import LOG, MESSAGING, REQUIREMENTS, telemetry_requirements
 from broker.method_wrapping import MethodWrappingInterceptor
 from dledger.rpc.credentials import AUTHORIZATION, DATE_TIME
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -39,6 +43,7 @@ EXEMPT_PREFIXES = ("/grpc.health.v1.Health/",)
 _UNMAPPED = [((Action.ALL,), CLUSTER)]
 _MESSAGING_SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"]
 _CLIENT_ID = "x-mq-client-id"
+_LOG_READ, _LOG_GET = f"/{LOG}/Read", f"/{LOG}/Get"
 
 
 def _messaging_response(method: str) -> type | None:
@@ -110,10 +115,11 @@ class _Checked:
                 date_time = value
         return self.guard.authenticate(authorization, date_time)
 
-    def _check(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+    def _check(self, request: Any, context: grpc.aio.ServicerContext) -> User:
         user = self._authenticate(context)
         if user.type.value != "Super":
             self.guard.authorize(user, self.requirements(request), source_ip(context))
+        return user
 
     def _denied(self, failure: AuthFailure, context: grpc.aio.ServicerContext) -> None:
         client = next((v for k, v in context.invocation_metadata() or () if k == _CLIENT_ID), "") \
@@ -132,25 +138,32 @@ class _Checked:
     # ------------------------------------------------------------- behaviours
     async def _unary_unary(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
-            self._check(request, context)
+            user = self._check(request, context)
         except AuthFailure as failure:
             self._denied(failure, context)
             if self.response_type is not None:
                 return self._refusal(failure)
             await self._abort(failure, context)
-        return await self.handler.unary_unary(request, context)
+        response = await self.handler.unary_unary(request, context)
+        if self.method == _LOG_GET and user.type.value != "Super" and holds_secrets(response.entry):
+            failure = AuthFailure("forbidden", f"entry {response.entry.index} holds users' secrets: only a super "
+                                               f"user reads it")
+            self._denied(failure, context)
+            await self._abort(failure, context)
+        return response
 
     async def _unary_stream(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
-            self._check(request, context)
+            user = self._check(request, context)
         except AuthFailure as failure:
             self._denied(failure, context)
             if self.response_type is not None:
                 yield self._refusal(failure)
                 return
             await self._abort(failure, context)
+        hide = self.method == _LOG_READ and user.type.value != "Super"
         async for response in self.handler.unary_stream(request, context):
-            yield response
+            yield without_secrets(response) if hide else response
 
     async def _stream_unary(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
         try:

@@ -97,13 +97,18 @@ class RouteCache:
         for address in connection.config.namesrv_addrs:
             stub = namesrv_pb2_grpc.NameServerStub(connection.channel(address))
             try:
-                answer = await stub.RouteByTopic(npb.RouteByTopicRequest(topic=topic),
+                # Signed as every call is: a secured name server answers
+                # only what the groups' ACLs let this user see.
+                answer = await stub.RouteByTopic(npb.RouteByTopicRequest(topic=topic), metadata=connection.headers(),
                                                  timeout=connection.config.request_timeout_s)
             except grpc.aio.AioRpcError as error:
                 log.debug("name server %s: %s; trying the next", address, error.code().name)
                 continue
             if answer.status.code == pb.OK:
                 return [q for route in answer.routes for q in _queues(route)]
+            if answer.status.code in (pb.UNAUTHORIZED, pb.FORBIDDEN):
+                log.warning("name server %s refused the route of %r: %s; asking the nodes", address, topic,
+                            answer.status.message)
             return None
         return None
 

@@ -1,7 +1,7 @@
 """`dledger chaos`: its arguments, and the run with its exit code.
 
     dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...]
-                  [--seed N] [--workload log|broker] [--out DIR] [--no-idempotence] [--json]
+                  [--seed N] [--workload log|broker] [--out DIR] [--no-idempotence] [--secure] [--json]
 
 Prints the summary JSON last (with --json) and exits 0 when every check
 passed, 1 when any failed, 2 on a usage error.
@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-official", action="store_true",
                         help="broker workload: leave out the official RocketMQ 5 Python client's share")
     parser.add_argument("--keep-data", action="store_true", help="keep the nodes' data dirs after a valid run")
+    parser.add_argument("--secure", action="store_true",
+                        help="run the cluster as `cluster up --secure` does: TLS, mutual TLS between peers (through "
+                             "the fault proxies), authentication and ACLs; every client signs as admin")
     for flag in NODE_FLAGS:
         parser.add_argument(flag, dest="node_" + flag[2:].replace("-", "_"), metavar="VALUE",
                             help=f"passed to every node as {flag}")
@@ -87,7 +90,7 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         seed=args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31),
         workload=args.workload, node_args=tuple(node_args),
         workload_config=workload_config,
-        schedule=ScheduleConfig(min_pause_s=2 * election_max), keep_data=args.keep_data)
+        schedule=ScheduleConfig(min_pause_s=2 * election_max), keep_data=args.keep_data, secure=args.secure)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,12 +10,17 @@ event goes to stdout as one JSON line with monotonic times (the same clock as
 the parent's: CLOCK_MONOTONIC is system-wide). A line `stop` on stdin stops
 the sends; the consumer goes on until `finish` (or stdin closes).
 
+On a secured cluster it signs and speaks TLS as every client of the run
+does, from DLEDGER_USER, DLEDGER_SECRET_FILE and DLEDGER_TLS_CA (the CA
+through GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, the official client's way).
+
 Nothing here imports the project's protobuf code.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -35,11 +40,20 @@ def main() -> int:
     parser.add_argument("--prefix", default="o")
     args = parser.parse_args()
 
+    user, secret_file, ca = (os.environ.get(n, "") for n in ("DLEDGER_USER", "DLEDGER_SECRET_FILE", "DLEDGER_TLS_CA"))
+    if ca:
+        os.environ["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = ca   # read when the first TLS channel opens
+    secret = ""
+    if secret_file:
+        with open(secret_file, encoding="utf-8") as f:
+            secret = f.readline().strip()
+
     from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 
-    config = ClientConfiguration(args.servers, Credentials())
-    producer = Producer(config, (args.topic,))
-    consumer = SimpleConsumer(config, args.group, {args.topic: FilterExpression("*")}, await_duration=5)
+    config = ClientConfiguration(args.servers, Credentials(user, secret) if user else Credentials())
+    producer = Producer(config, (args.topic,), tls_enable=bool(ca))
+    consumer = SimpleConsumer(config, args.group, {args.topic: FilterExpression("*")}, await_duration=5,
+                              tls_enable=bool(ca))
     producer.startup()
     consumer.startup()
     emit(type="started", time=time.monotonic())

@@ -16,6 +16,14 @@
 
 The node data dirs (`data/`) are removed after a valid run and kept after a
 failed one, with the committed logs as `logs/<node>.jsonl`, for a post mortem.
+
+With `secure` the cluster runs as `cluster up --secure` makes it: a CA and
+node certificates under `pki/`, TLS for clients, mutual TLS between peers
+(the fault proxies carry the peers' TLS bytes unchanged), authentication and
+ACLs on with the super user `admin` (`admin.secret`). Every client of the
+run (the workload's, the official client's, the harness's own) signs as
+admin and trusts the CA, through DLEDGER_USER, DLEDGER_SECRET_FILE and
+DLEDGER_TLS_CA, set for the run.
 """
 from __future__ import annotations
 
@@ -23,12 +31,15 @@ import asyncio
 import base64
 import json
 import logging
+import os
 import random
+import secrets
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from cluster.chaos.availability import (longest_delivery_gap, longest_gap, recoveries, recovery_by_kind,
                                         recovery_stats)
@@ -45,6 +56,7 @@ from cluster.chaos.workload import LogWorkloadConfig, Workload, make_workload
 from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError, ResponseCode
+from dledger.rpc.credentials import ENV_SECRET_FILE, ENV_TLS_CA, ENV_USER
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +83,8 @@ class ChaosOptions:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     convergence_timeout_s: float = 30.0
     keep_data: bool = False
+    # TLS, mutual TLS between peers, authentication and ACLs (module docstring).
+    secure: bool = False
 
 
 @dataclass
@@ -99,14 +113,16 @@ async def run_chaos(options: ChaosOptions) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     data_dir = out / "data"
     shutil.rmtree(data_dir, ignore_errors=True)
-    cluster = ProcessCluster(data_dir, options.nodes, [*STORAGE_ARGS, *options.node_args], log_dir=out / "nodes")
-    network = FaultNetwork(cluster.addresses)
+    cluster = _make_cluster(options, data_dir)
+    # Faults act on peer traffic: with mutual TLS, on the peers' own ports.
+    network = FaultNetwork(cluster.peer_addresses)
     await network.start()
     cluster.routes = network.routes()
     state = RunState(seed, History())
     try:
-        cluster.start()
-        await _run(options, cluster, network, state)
+        with _client_credentials(options):
+            cluster.start()
+            await _run(options, cluster, network, state)
     finally:
         state.traffic = network.traffic()
         # The committed logs have been read: no need for a graceful stop
@@ -125,6 +141,51 @@ async def run_chaos(options: ChaosOptions) -> dict[str, Any]:
     if summary["valid"] and not options.keep_data:
         shutil.rmtree(data_dir, ignore_errors=True)
     return summary
+
+
+ADMIN_USER = "admin"
+
+
+def _make_cluster(options: ChaosOptions, data_dir: Path) -> ProcessCluster:
+    out = options.out_dir
+    args = [*STORAGE_ARGS, *options.node_args]
+    if not options.secure:
+        return ProcessCluster(data_dir, options.nodes, args, log_dir=out / "nodes")
+    from cluster import certs
+    pki = out / "pki"
+    shutil.rmtree(pki, ignore_errors=True)
+    secret_file = out / "admin.secret"
+    secret_file.unlink(missing_ok=True)
+    fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(24) + "\n")
+    cluster = ProcessCluster(data_dir, options.nodes, [*args, "--auth-enabled", "true", "--auth-super-user", ADMIN_USER,
+                                                       "--auth-super-secret-file", str(secret_file)],
+                             log_dir=out / "nodes", tls_dir=pki)
+    # The client addresses are known once the cluster has its ports: the
+    # official client verifies them as one name.
+    certs.create(pki, cluster.ids, endpoints=list(cluster.addresses.values()))
+    return cluster
+
+
+@contextmanager
+def _client_credentials(options: ChaosOptions) -> Iterator[None]:
+    """Every client of a secure run signs as admin and trusts the run's CA."""
+    if not options.secure:
+        yield
+        return
+    wanted = {ENV_USER: ADMIN_USER, ENV_SECRET_FILE: str(options.out_dir / "admin.secret"),
+              ENV_TLS_CA: str(options.out_dir / "pki" / "ca.pem")}
+    before = {name: os.environ.get(name) for name in wanted}
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 async def _run(options: ChaosOptions, cluster: ProcessCluster, network: FaultNetwork, state: RunState) -> None:
@@ -270,6 +331,7 @@ def build_summary(options: ChaosOptions, state: RunState, result: CheckResult | 
         "nodes": options.nodes,
         "duration_s": options.duration_s,
         "workload": options.workload,
+        "secure": options.secure,
         "faults": list(options.faults),
         "ops": len(ops),
         "acked": sum(op.outcome is Outcome.OK for op in ops),
@@ -360,6 +422,7 @@ def build_broker_summary(options: ChaosOptions, state: RunState, result: BrokerC
         "nodes": options.nodes,
         "duration_s": options.duration_s,
         "workload": options.workload,
+        "secure": options.secure,
         "faults": list(options.faults),
         "messages": len(history.sent),
         "messages_by_kind": kinds,

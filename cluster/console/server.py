@@ -5,11 +5,17 @@
     /console/             the console: static files shipped in cluster/console/static
     /console/api/...      JSON read from the cluster through its gRPC APIs (backend.py)
 
-Reads are GETs. The actions (offset reset, resend) are POSTs with a JSON body
-and the header `X-Console-Action: confirmed`, which a browser sends only from
-a page of the same origin (any other origin would need a CORS preflight this
-server never grants): a link or a form elsewhere cannot reset a group. The
-page asks the user to confirm before it sends one.
+Reads are GETs. The actions (offset reset, resend; users and ACLs) are
+POSTs with a JSON body and the header `X-Console-Action: confirmed`, which a
+browser sends only from a page of the same origin (any other origin would
+need a CORS preflight this server never grants): a link or a form elsewhere
+cannot reset a group. The page asks the user to confirm before it sends one.
+
+On a cluster with authentication (`sign_in`), every API request but
+`/console/api/config` must carry the page's signature (`Authorization` and
+`X-Mq-Date-Time`, RocketMQ 5's MQv2-HMAC-SHA1, computed in the browser from
+the secret the user typed); it is passed on to the nodes, which check it and
+the user's ACLs (backend.py). Unsigned: 401, and the page asks to sign in.
 
 A ThreadingHTTPServer in daemon threads, as prometheus_client's own: nothing
 runs on the node's event loop, and nothing runs at all while nobody asks.
@@ -28,7 +34,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from cluster.console.backend import ConsoleBackend, ConsoleError, Target
+from cluster.console.backend import ConsoleBackend, ConsoleError, Signature, Target
+from dledger.rpc.credentials import ClientSecurity
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -62,6 +69,8 @@ class ConsoleHandler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
         elif path in ("/", "/console"):
             self._redirect("/console/")
+        elif path == "/console/api/config":
+            self._send_json(HTTPStatus.OK, {"sign_in": self.server.backend.sign_in})
         elif path.startswith("/console/api/"):
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             self._api(lambda: self._read(path[len("/console/api/"):], query))
@@ -89,6 +98,12 @@ class ConsoleHandler(BaseHTTPRequestHandler):
             return backend.messages(query)
         if name == "dead-letters":
             return backend.dead_letters(query.get("group", ""), int(query.get("max") or 0))
+        if name == "whoami":
+            return backend.whoami()
+        if name == "users":
+            return backend.users()
+        if name == "acls":
+            return backend.acls()
         raise ConsoleError(pb.NOT_FOUND, f"no such API {name!r}")
 
     # ----------------------------------------------------------------- POST
@@ -99,10 +114,15 @@ class ConsoleHandler(BaseHTTPRequestHandler):
             self._send_json(HTTPStatus.FORBIDDEN, {"error": f"an action needs the header {ACTION_HEADER}: "
                                                             f"{ACTION_VALUE} (sent by the console page)"})
             return
+        backend = self.server.backend
         actions: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-            "/console/api/reset": self.server.backend.reset,
-            "/console/api/resend": self.server.backend.resend,
-            "/console/api/dead-letters/resend": self.server.backend.resend_dead_letter}
+            "/console/api/reset": backend.reset,
+            "/console/api/resend": backend.resend,
+            "/console/api/dead-letters/resend": backend.resend_dead_letter,
+            "/console/api/users/create": backend.create_user,
+            "/console/api/users/delete": backend.delete_user,
+            "/console/api/acls/create": backend.create_acl,
+            "/console/api/acls/delete": backend.delete_acl}
         action = actions.get(path)
         if action is None:
             self._drain_body()
@@ -110,7 +130,8 @@ class ConsoleHandler(BaseHTTPRequestHandler):
             return
         body = self._json_body()
         if body is not None:
-            log.info("console action %s from %s: %s", path, self.address_string(), body)
+            shown = {k: ("(not shown)" if k == "secret" else v) for k, v in body.items()}
+            log.info("console action %s from %s: %s", path, self.address_string(), shown)
             self._api(lambda: action(body))
 
     def _json_body(self) -> dict[str, Any] | None:
@@ -137,9 +158,21 @@ class ConsoleHandler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     # -------------------------------------------------------------- replies
+    def _signature(self) -> Signature | None:
+        """The page's signature, when it sent one (required in sign-in mode)."""
+        authorization = self.headers.get("Authorization", "")
+        date_time = self.headers.get("X-Mq-Date-Time", "")
+        if not authorization and not date_time:
+            if self.server.backend.sign_in:
+                raise ConsoleError(pb.UNAUTHORIZED, "sign in: this cluster requires credentials")
+            return None
+        return Signature.parse(authorization, date_time)
+
     def _api(self, produce: Callable[[], dict[str, Any]]) -> None:
         try:
-            self._send_json(HTTPStatus.OK, produce())
+            with self.server.backend.signed_as(self._signature()):
+                answer = produce()
+            self._send_json(HTTPStatus.OK, answer)
         except ConsoleError as error:
             self._send_json(error.http_status, error.to_json())
         except Exception as error:  # noqa: BLE001 - a page must get an answer, the log the trace
@@ -178,11 +211,14 @@ class ConsoleHttpServer(ThreadingHTTPServer):
         self.registry = registry
 
 
-def start_console_server(address: str, target: Target, registry: CollectorRegistry | None = None
+def start_console_server(address: str, target: Target, registry: CollectorRegistry | None = None,
+                         security: ClientSecurity | None = None, sign_in: bool = False
                          ) -> tuple[ConsoleHttpServer, threading.Thread]:
-    """Serve on `address` (host:port; port 0 picks one) from a daemon thread."""
+    """Serve on `address` (host:port; port 0 picks one) from a daemon thread.
+    `security` and `sign_in`: see ConsoleBackend."""
     host, _, port = address.rpartition(":")
-    server = ConsoleHttpServer((host or "127.0.0.1", int(port)), ConsoleBackend(target), registry)
+    server = ConsoleHttpServer((host or "127.0.0.1", int(port)), ConsoleBackend(target, security, sign_in),
+                               registry)
     thread = threading.Thread(target=server.serve_forever, name="ConsoleHttpServer", daemon=True)
     thread.start()
     return server, thread

@@ -36,10 +36,11 @@ WORKLOAD = BrokerWorkloadConfig(official=False, drain_s=15.0)
 
 
 async def short_run(kind: str, out: Path, seed: int, duration_s: float = DURATION_S,
-                    schedule: ScheduleConfig = SHORT, workload: BrokerWorkloadConfig = WORKLOAD) -> dict[str, Any]:
+                    schedule: ScheduleConfig = SHORT, workload: BrokerWorkloadConfig = WORKLOAD,
+                    secure: bool = False) -> dict[str, Any]:
     summary = await run_chaos(ChaosOptions(out_dir=out, duration_s=duration_s, faults=(kind,), seed=seed,
                                            workload="broker", workload_config=workload, schedule=schedule,
-                                           convergence_timeout_s=20.0))
+                                           convergence_timeout_s=20.0, secure=secure))
     assert summary["valid"], json.dumps({k: summary[k] for k in ("examples", "calls", "crashed_nodes",
                                                                    "unconverged_nodes", "per_fault")}, indent=1)
     assert all(summary[name] == 0 for name in BrokerCheckResult.FAILURES)
@@ -56,6 +57,17 @@ async def test_leader_kill_with_the_official_client(tmp_path: Path):
     assert summary["official_sends"]["ok"] > 10
     assert summary["official_sends"]["fail"] == summary["official_sends"]["unknown"] == 0
     assert summary["calls"]["send"]["fail"] == 0
+
+
+async def test_a_secured_cluster_passes_the_leader_kill_run(tmp_path: Path):
+    """`dledger chaos --secure`: TLS, mutual TLS between peers through the
+    fault proxies, signatures and ACLs; our clients and the official one
+    sign as admin and trust the run's CA."""
+    summary = await short_run(KILL_LEADER, tmp_path, seed=5, workload=replace(WORKLOAD, official=True), secure=True)
+    assert summary["secure"] and summary["peer_traffic"]["forwarded_bytes"] > 0
+    assert summary["official_sends"]["ok"] > 10 and summary["official_sends"]["fail"] == 0
+    assert summary["calls"]["send"]["fail"] == 0
+    assert "tls=mutual" in (tmp_path / "nodes" / "n0.log").read_text()
 
 
 @pytest.mark.parametrize("kind", [KILL_RANDOM, CRASH_WRITE, ISOLATE_LEADER, SPLIT, ONE_WAY, DELAY, COMBO])

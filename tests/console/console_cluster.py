@@ -15,8 +15,9 @@ from tests.integration.broker_cluster import SPARSE_FILES
 
 
 class ConsoleCluster(ProcessCluster):
-    def __init__(self, base: Path) -> None:
-        super().__init__(base, extra_args=[*SPARSE_FILES])
+    def __init__(self, base: Path, size: int = 3, tls_dir: Path | None = None, extra_args: tuple[str, ...] = ()
+                 ) -> None:
+        super().__init__(base, size, extra_args=[*SPARSE_FILES, *extra_args], tls_dir=tls_dir)
         self.metrics_ports = dict(zip(self.ids, free_ports(len(self.ids))))
 
     def start(self, node: str | None = None) -> None:

@@ -70,24 +70,6 @@ def cluster(tmp_path_factory):
     c.stop_all()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium_binary() or ""
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1400,1000"):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    # The driver of the Debian package, named: Selenium must not try to download one.
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=shutil.which("chromedriver")))
-    driver.set_page_load_timeout(30)
-    yield driver
-    driver.quit()
-
-
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True, text=True,
                           cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)

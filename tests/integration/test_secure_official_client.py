@@ -238,6 +238,35 @@ async def test_unsigned_or_stale_raw_calls_are_refused(secure) -> None:
             await client.append([b"intruder"])
 
 
+async def test_log_readers_who_are_not_super_users_never_see_users_secrets(secure) -> None:
+    """Users travel through the log; the log API's Read and Get serve raw
+    entries to any user with Sub on the Cluster, so they must keep the
+    entries that hold secrets from all but super users."""
+    from broker.auth.log_secrets import holds_secrets
+    cluster, base = secure
+    env = {"DLEDGER_USER": "admin", "DLEDGER_SECRET_FILE": str(base / "admin.secret"),
+           "DLEDGER_TLS_CA": str(base / "pki" / "ca.pem")}
+    servers = ",".join(cluster.addresses.values())
+    (base / "reader.secret").write_text("reader-secret-9\n")
+    dledger("user", "create", "--servers", servers, "--name", "reader", "--new-secret-file",
+            str(base / "reader.secret"), env=env)
+    dledger("acl", "create", "--servers", servers, "--subject", "User:reader", "--resource", "Cluster",
+            "--actions", "Sub", env=env)
+    ca = (base / "pki" / "ca.pem").read_bytes()
+    addresses = list(cluster.addresses.values())
+    async with DLedgerClient(addresses, security=ClientSecurity("admin", ADMIN_SECRET, ca)) as admin:
+        everything = [e async for e in admin.read()]
+    hidden = [e for e in everything if holds_secrets(e)]
+    assert hidden and any(USERS["alice"].encode() in e.body for e in hidden)
+    await asyncio.sleep(0.5)   # every node has applied the ACL
+    async with DLedgerClient(addresses, security=ClientSecurity("reader", "reader-secret-9", ca)) as reader:
+        seen = [e async for e in reader.read(end=everything[-1].index)]
+        assert {e.index for e in seen} == {e.index for e in everything} - {e.index for e in hidden}
+        assert not any(b"secret" in e.body for e in seen)
+        with pytest.raises(Exception, match="holds users' secrets"):
+            await reader.get(hidden[0].index)
+
+
 def test_the_console_reads_a_secured_cluster_with_the_operators_credentials(secure, monkeypatch) -> None:
     from cluster.console.backend import ConsoleBackend, Target
     cluster, base = secure

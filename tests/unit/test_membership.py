@@ -95,6 +95,24 @@ def test_change_rules_one_server_known_ids_and_the_last_voter():
     assert Membership.from_json(added.to_json()) == added
 
 
+def test_under_mutual_tls_an_added_server_needs_a_client_address_which_survives_promotion():
+    three = Membership(tuple(Member(f"n{i}", f"h:{i + 1}") for i in range(3)))
+    with pytest.raises(DLedgerError) as e:
+        plan_add(three, "n3", "h:4", separate_client_port=True)
+    assert e.value.code is ResponseCode.UNEXPECTED_ARGUMENT and "--client-address" in e.value.message
+    with pytest.raises(DLedgerError) as e:
+        plan_add(three, "n3", "h:4", "no port", separate_client_port=True)
+    assert e.value.code is ResponseCode.UNEXPECTED_ARGUMENT
+    added = plan_add(three, "n3", "h:4", "c:4", separate_client_port=True)
+    assert added is not None and added.client_address_of("n3") == "c:4" and added.client_address_of("n0") == ""
+    assert plan_add(added, "n3", "h:4", "c:4", separate_client_port=True) is None   # a retry
+    promoted = added.promoted("n3")
+    assert promoted.get("n3") == Member("n3", "h:4", VOTER, "c:4")
+    assert Membership.from_json(promoted.to_json()) == promoted
+    # A configuration written before client addresses existed still reads.
+    assert Membership.from_json(b'{"members":[{"id":"n0","address":"h:1","role":"voter"}]}').client_address_of("n0") == ""
+
+
 def test_a_learner_or_non_member_never_votes():
     view = VoterView(self_id="n3", peer_ids=frozenset({"n0", "n1", "n2"}), term=3, vote_for="",
                      ledger_end_term=1, ledger_end_index=5, leader_alive=False, taking_leadership=False,

@@ -1,6 +1,11 @@
 // pydledger console: plain JavaScript, no build step, nothing from other hosts.
 // Reads /console/api/* (JSON through the cluster's gRPC APIs); changes
 // something only on an explicit action, after the user confirms it.
+//
+// On a cluster with authentication the page asks the user to sign in and
+// signs every request as the CLI signs its calls (RocketMQ 5's
+// MQv2-HMAC-SHA1 over x-mq-date-time), with WebCrypto: the secret becomes a
+// non-extractable key held in this tab's memory only, and is never sent.
 "use strict";
 
 const POLL_MS = 2000;
@@ -11,6 +16,9 @@ const state = {
   rate: [], lastTotal: null,   // topics: [[time, messages per second]]
   group: null, groupLag: [],   // the group shown in detail, and its lag over time
 };
+// Who signs the requests: required by the cluster (sign-in mode), the user's
+// name, its type (Super or Normal) and the HMAC key made from the secret.
+const auth = {required: false, user: "", type: "", key: null};
 
 // ------------------------------------------------------------------ helpers
 function el(tag, props, ...children) {
@@ -33,23 +41,39 @@ function setStatus(text, isError) {
   status.className = isError ? "status error" : "status";
 }
 
-async function api(name, params) {
-  const query = new URLSearchParams(params || {}).toString();
-  const answer = await fetch(`api/${name}${query ? "?" + query : ""}`);
-  const data = await answer.json();
-  if (!answer.ok) throw new Error(`${data.code || answer.status}: ${data.error}`);
+// The request signature: x-mq-date-time (UTC, 20261126T120000Z) and the hex
+// HMAC-SHA1 of it keyed by the secret, as dledger/rpc/credentials.py makes it.
+async function signedHeaders() {
+  if (!auth.key) return {};
+  const dateTime = new Date().toISOString().replace(/[-:]/g, "").replace(/\.\d+/, "");
+  const mac = await crypto.subtle.sign("HMAC", auth.key, new TextEncoder().encode(dateTime));
+  const hex = Array.from(new Uint8Array(mac), b => b.toString(16).padStart(2, "0")).join("");
+  return {
+    "X-Mq-Date-Time": dateTime,
+    "Authorization": `MQv2-HMAC-SHA1 Credential=${auth.user}, SignedHeaders=x-mq-date-time, Signature=${hex}`,
+  };
+}
+
+async function answerOf(response) {
+  const data = await response.json();
+  if (response.status === 401 && auth.required) {
+    showSignIn(data.error);
+  }
+  if (!response.ok) throw new Error(`${data.code || response.status}: ${data.error}`);
   return data;
 }
 
+async function api(name, params) {
+  const query = new URLSearchParams(params || {}).toString();
+  return answerOf(await fetch(`api/${name}${query ? "?" + query : ""}`, {headers: await signedHeaders()}));
+}
+
 async function act(name, body) {
-  const answer = await fetch(`api/${name}`, {
+  return answerOf(await fetch(`api/${name}`, {
     method: "POST",
-    headers: {"Content-Type": "application/json", "X-Console-Action": "confirmed"},
+    headers: {"Content-Type": "application/json", "X-Console-Action": "confirmed", ...await signedHeaders()},
     body: JSON.stringify(body),
-  });
-  const data = await answer.json();
-  if (!answer.ok) throw new Error(`${data.code || answer.status}: ${data.error}`);
-  return data;
+  }));
 }
 
 function iso(ms) {
@@ -380,8 +404,122 @@ async function submitDeadLetters(event) {
   }
 }
 
+// ------------------------------------------------------------------- sign-in
+function showSignIn(message) {
+  auth.key = null;
+  auth.user = auth.type = "";
+  document.getElementById("signin").className = "signin";
+  document.getElementById("main").className = "hidden";
+  document.getElementById("signout").className = "hidden";
+  document.getElementById("whoami").textContent = "";
+  document.getElementById("signin-error").textContent = message || "";
+}
+
+function showSignedIn() {
+  document.getElementById("signin").className = "signin hidden";
+  document.getElementById("main").className = "";
+  document.getElementById("whoami").textContent = auth.user ? `${auth.user} (${auth.type})` : "";
+  document.getElementById("signout").className = auth.required ? "" : "hidden";
+  showPage();
+}
+
+async function submitSignIn(event) {
+  event.preventDefault();
+  const error = document.getElementById("signin-error");
+  const user = document.getElementById("signin-user").value.trim();
+  const secretInput = document.getElementById("signin-secret");
+  try {
+    if (!window.isSecureContext || !window.crypto || !crypto.subtle) {
+      throw new Error("this browser offers no WebCrypto on this page: it is not a secure context (plain http " +
+        "from another host). Open the console through an SSH tunnel as http://127.0.0.1:PORT/console/ " +
+        "(ssh -L PORT:127.0.0.1:PORT HOST), or run `dledger console` on your machine");
+    }
+    if (!user || !secretInput.value) throw new Error("give a user and its secret");
+    auth.user = user;
+    auth.key = await crypto.subtle.importKey("raw", new TextEncoder().encode(secretInput.value.trim()),
+                                             {name: "HMAC", hash: "SHA-1"}, false, ["sign"]);
+    secretInput.value = "";
+    const me = await api("whoami");
+    auth.type = me.type;
+    error.textContent = "";
+    showSignedIn();
+  } catch (failure) {
+    auth.key = null;
+    error.textContent = failure.message;
+  }
+}
+
+// ---------------------------------------------------------- users and ACLs
+async function refreshUsers() {
+  const isSuper = auth.type === "Super";
+  document.getElementById("users-mode").textContent = isSuper
+    ? `${auth.user} is a super user: users and ACLs can be changed here (each change asks first).`
+    : "Read-only: only a super user changes users and ACLs.";
+  for (const form of document.querySelectorAll(".super-only")) form.className = isSuper ? "form super-only" : "form super-only hidden";
+  const users = await api("users");
+  const userColumns = [{title: "user", value: u => u.name}, {title: "type", value: u => u.type}];
+  if (isSuper) userColumns.push({title: "", value: u => el("button", {class: "delete-user", onclick: () => deleteUser(u.name)}, "Delete…")});
+  fillTable(document.getElementById("users"), userColumns, users.users);
+  const acls = await api("acls");
+  const rows = acls.acls.flatMap(a => a.entries.map(e => ({subject: a.subject, ...e})));
+  const aclColumns = [
+    {title: "subject", value: r => r.subject}, {title: "resource", value: r => r.resource},
+    {title: "actions", value: r => r.actions.join(",")}, {title: "decision", value: r => r.decision},
+    {title: "source IPs", value: r => r.source_ips.join(",") || "any"},
+  ];
+  if (isSuper) aclColumns.push({title: "", value: r => el("button", {class: "delete-acl", onclick: () => deleteAcl(r.subject, r.resource)}, "Delete…")});
+  fillTable(document.getElementById("acls"), aclColumns, rows);
+}
+
+async function change(question, name, body, done) {
+  const result = document.getElementById("users-result");
+  if (!window.confirm(question)) {
+    result.className = "result";
+    result.textContent = "cancelled";
+    return;
+  }
+  try {
+    await act(name, body);
+    result.className = "result";
+    result.textContent = done;
+    await refreshUsers();
+  } catch (error) {
+    result.className = "result error";
+    result.textContent = error.message;
+  }
+}
+
+async function submitUser(event) {
+  event.preventDefault();
+  const name = document.getElementById("user-name").value.trim();
+  const secret = document.getElementById("user-secret");
+  const type = document.getElementById("user-type").value;
+  const body = {name, secret: secret.value, type};
+  secret.value = "";
+  await change(`Create the ${type} user ${name}?`, "users/create", body, `user ${name} created`);
+}
+
+function deleteUser(name) {
+  return change(`Delete user ${name} and its ACL? Its clients are refused at once.`, "users/delete", {name},
+                `user ${name} deleted`);
+}
+
+async function submitAcl(event) {
+  event.preventDefault();
+  const value = id => document.getElementById(id).value.trim();
+  const body = {subject: value("acl-subject"), resource: value("acl-resource"), actions: value("acl-actions"),
+                decision: value("acl-decision"), source_ips: value("acl-ips")};
+  await change(`${body.decision} ${body.actions} on ${body.resource} to ${body.subject}?`, "acls/create", body,
+               `ACL entry added to ${body.subject}`);
+}
+
+function deleteAcl(subject, resource) {
+  return change(`Delete the entry for ${resource} from ${subject}'s ACL?`, "acls/delete", {subject, resource},
+                `ACL entry of ${resource} removed from ${subject}`);
+}
+
 // ------------------------------------------------------------------ routing
-const REFRESH = {cluster: refreshCluster, topics: refreshTopics, groups: refreshGroups};
+const REFRESH = {cluster: refreshCluster, topics: refreshTopics, groups: refreshGroups, users: refreshUsers};
 
 function showPage() {
   const page = (location.hash || "#cluster").slice(1);
@@ -398,7 +536,7 @@ function showPage() {
 let refreshing = false;
 async function refresh() {
   const action = REFRESH[state.page];
-  if (!action || refreshing || document.hidden) return;
+  if (!action || refreshing || document.hidden || (auth.required && !auth.key)) return;
   refreshing = true;
   try {
     await action();
@@ -410,7 +548,28 @@ async function refresh() {
   }
 }
 
+async function start() {
+  const config = await (await fetch("api/config")).json();
+  auth.required = config.sign_in;
+  if (auth.required) {
+    showSignIn("");
+    return;
+  }
+  try {
+    const me = await api("whoami");   // an operator's credentials given to `dledger console`, or none
+    auth.user = me.user;
+    auth.type = me.type;
+  } catch (error) {
+    setStatus(error.message, true);
+  }
+  showSignedIn();
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("signin-form").addEventListener("submit", submitSignIn);
+  document.getElementById("signout").addEventListener("click", () => showSignIn("signed out"));
+  document.getElementById("user-form").addEventListener("submit", submitUser);
+  document.getElementById("acl-form").addEventListener("submit", submitAcl);
   document.getElementById("reset-form").addEventListener("submit", submitReset);
   document.getElementById("reset-mode").addEventListener("change", showResetFields);
   document.getElementById("search-form").addEventListener("submit", submitSearch);
@@ -420,6 +579,6 @@ document.addEventListener("DOMContentLoaded", () => {
   showResetFields();
   showSearchFields();
   window.addEventListener("hashchange", showPage);
-  showPage();
   setInterval(refresh, POLL_MS);
+  start().catch(error => setStatus(error.message, true));
 });

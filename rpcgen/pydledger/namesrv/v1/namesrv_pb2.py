@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as rpcgen_dot_apache_dot_rocketmq_dot_v2_dot_definition__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)rpcgen/pydledger/namesrv/v1/namesrv.proto\x12\x14pydledger.namesrv.v1\x1a*rpcgen/apache/rocketmq/v2/definition.proto\"J\n\nBrokerNode\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x0c\n\x04role\x18\x04 \x01(\t\"x\n\x10TopicRouteConfig\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x14\n\x0cmessage_type\x18\x05 \x01(\t\"\xca\x01\n\x15RegisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x0c\n\x04term\x18\x04 \x01(\x03\x12/\n\x05nodes\x18\x05 \x03(\x0b\x32 .pydledger.namesrv.v1.BrokerNode\x12\x36\n\x06topics\x18\x06 \x03(\x0b\x32&.pydledger.namesrv.v1.TopicRouteConfig\"W\n\x16RegisterBrokerResponse\x12*\n\x06status\x18\x01 \x01(\x0b\x32\x1a.apache.rocketmq.v2.Status\x12\x11\n\texpiry_ms\x18\x02 \x01(\x03\"M\n\x17UnregisterBrokerRequest\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x03\"W\n\x18UnregisterBrokerResponse\x12*\n\x06status\x18\x01 \x01(\x0b\x32\x1a.apache.rocketmq.v2.Status\x12\x0f\n\x07removed\x18\x02 \x01(\x08\"\xb5\x01\n\tGroupInfo\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x03\x12\x11\n\tleader_id\x18\x04 \x01(\t\x12/\n\x05nodes\x18\x05 \x03(\x0b\x32 .pydledger.namesrv.v1.BrokerNode\x12\x16\n\x0elast_update_ms\x18\x06 \x01(\x03\x12\x13\n\x0btopic_count\x18\x07 \x01(\x05\"$\n\x13RouteByTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"t\n\nTopicRoute\x12.\n\x05group\x18\x01 \x01(\x0b\x32\x1f.pydledger.namesrv.v1.GroupInfo\x12\x36\n\x06\x63onfig\x18\x02 \x01(\x0b\x32&.pydledger.namesrv.v1.TopicRouteConfig\"t\n\x14RouteByTopicResponse\x12*\n\x06status\x18\x01 \x01(\x0b\x32\x1a.apache.rocketmq.v2.Status\x12\x30\n\x06routes\x18\x02 \x03(\x0b\x32 .pydledger.namesrv.v1.TopicRoute\"\x14\n\x12\x43lusterInfoRequest\"r\n\x13\x43lusterInfoResponse\x12*\n\x06status\x18\x01 \x01(\x0b\x32\x1a.apache.rocketmq.v2.Status\x12/\n\x06groups\x18\x02 \x03(\x0b\x32\x1f.pydledger.namesrv.v1.GroupInfo2\xbf\x03\n\nNameServer\x12m\n\x0eRegisterBroker\x12+.pydledger.namesrv.v1.RegisterBrokerRequest\x1a,.pydledger.namesrv.v1.RegisterBrokerResponse\"\x00\x12s\n\x10UnregisterBroker\x12-.pydledger.namesrv.v1.UnregisterBrokerRequest\x1a..pydledger.namesrv.v1.UnregisterBrokerResponse\"\x00\x12g\n\x0cRouteByTopic\x12).pydledger.namesrv.v1.RouteByTopicRequest\x1a*.pydledger.namesrv.v1.RouteByTopicResponse\"\x00\x12\x64\n\x0b\x43lusterInfo\x12(.pydledger.namesrv.v1.ClusterInfoRequest\x1a).pydledger.namesrv.v1.ClusterInfoResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)rpcgen/pydledger/namesrv/v1/namesrv.proto\x12\x14pydledger.namesrv.v1\x1a*rpcgen/apache/rocketmq/v2/definition.proto\"J\n\nBrokerNode\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x0c\n\x04role\x18\x04 \x01(\t\"x\n\x10TopicRouteConfig\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x14\n\x0cmessage_type\x18\x05 \x01(\t\"\xe1\x01\n\x15RegisterBrokerRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x0c\n\x04term\x18\x04 \x01(\x03\x12/\n\x05nodes\x18\x05 \x03(\x0b\x32 .pydledger.namesrv.v1.BrokerNode\x12\x36\n\x06topics\x18\x06 \x03(\x0b\x32&.pydledger.namesrv.v1.TopicRouteConfig\x12\x15\n\rauth_metadata\x18\x07 \x01(\x0c\"W\n\x16RegisterBrokerResponse\x12*\n\x06status\x18\x01 \x01(\x0b\x32\x1a.apache.rocketmq.v2.Status\x12\x11\n\texpiry_ms\x18\x02 \x01(\x03\"M\n\x17UnregisterBrokerRequest\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x0f\n\x07node_id\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x03\"W\n\x18UnregisterBrokerResponse\x12*\n\x06status\x18\x01 \x01(\x0b\x32\x1a.apache.rocketmq.v2.Status\x12\x0f\n\x07removed\x18\x02 \x01(\x08\"\xb5\x01\n\tGroupInfo\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x03\x12\x11\n\tleader_id\x18\x04 \x01(\t\x12/\n\x05nodes\x18\x05 \x03(\x0b\x32 .pydledger.namesrv.v1.BrokerNode\x12\x16\n\x0elast_update_ms\x18\x06 \x01(\x03\x12\x13\n\x0btopic_count\x18\x07 \x01(\x05\"$\n\x13RouteByTopicRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"t\n\nTopicRoute\x12.\n\x05group\x18\x01 \x01(\x0b\x32\x1f.pydledger.namesrv.v1.GroupInfo\x12\x36\n\x06\x63onfig\x18\x02 \x01(\x0b\x32&.pydledger.namesrv.v1.TopicRouteConfig\"t\n\x14RouteByTopicResponse\x12*\n\x06status\x18\x01 \x01(\x0b\x32\x1a.apache.rocketmq.v2.Status\x12\x30\n\x06routes\x18\x02 \x03(\x0b\x32 .pydledger.namesrv.v1.TopicRoute\"\x14\n\x12\x43lusterInfoRequest\"r\n\x13\x43lusterInfoResponse\x12*\n\x06status\x18\x01 \x01(\x0b\x32\x1a.apache.rocketmq.v2.Status\x12/\n\x06groups\x18\x02 \x03(\x0b\x32\x1f.pydledger.namesrv.v1.GroupInfo2\xbf\x03\n\nNameServer\x12m\n\x0eRegisterBroker\x12+.pydledger.namesrv.v1.RegisterBrokerRequest\x1a,.pydledger.namesrv.v1.RegisterBrokerResponse\"\x00\x12s\n\x10UnregisterBroker\x12-.pydledger.namesrv.v1.UnregisterBrokerRequest\x1a..pydledger.namesrv.v1.UnregisterBrokerResponse\"\x00\x12g\n\x0cRouteByTopic\x12).pydledger.namesrv.v1.RouteByTopicRequest\x1a*.pydledger.namesrv.v1.RouteByTopicResponse\"\x00\x12\x64\n\x0b\x43lusterInfo\x12(.pydledger.namesrv.v1.ClusterInfoRequest\x1a).pydledger.namesrv.v1.ClusterInfoResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,25 +37,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOPICROUTECONFIG']._serialized_start=187
   _globals['_TOPICROUTECONFIG']._serialized_end=307
   _globals['_REGISTERBROKERREQUEST']._serialized_start=310
-  _globals['_REGISTERBROKERREQUEST']._serialized_end=512
-  _globals['_REGISTERBROKERRESPONSE']._serialized_start=514
-  _globals['_REGISTERBROKERRESPONSE']._serialized_end=601
-  _globals['_UNREGISTERBROKERREQUEST']._serialized_start=603
-  _globals['_UNREGISTERBROKERREQUEST']._serialized_end=680
-  _globals['_UNREGISTERBROKERRESPONSE']._serialized_start=682
-  _globals['_UNREGISTERBROKERRESPONSE']._serialized_end=769
-  _globals['_GROUPINFO']._serialized_start=772
-  _globals['_GROUPINFO']._serialized_end=953
-  _globals['_ROUTEBYTOPICREQUEST']._serialized_start=955
-  _globals['_ROUTEBYTOPICREQUEST']._serialized_end=991
-  _globals['_TOPICROUTE']._serialized_start=993
-  _globals['_TOPICROUTE']._serialized_end=1109
-  _globals['_ROUTEBYTOPICRESPONSE']._serialized_start=1111
-  _globals['_ROUTEBYTOPICRESPONSE']._serialized_end=1227
-  _globals['_CLUSTERINFOREQUEST']._serialized_start=1229
-  _globals['_CLUSTERINFOREQUEST']._serialized_end=1249
-  _globals['_CLUSTERINFORESPONSE']._serialized_start=1251
-  _globals['_CLUSTERINFORESPONSE']._serialized_end=1365
-  _globals['_NAMESERVER']._serialized_start=1368
-  _globals['_NAMESERVER']._serialized_end=1815
+  _globals['_REGISTERBROKERREQUEST']._serialized_end=535
+  _globals['_REGISTERBROKERRESPONSE']._serialized_start=537
+  _globals['_REGISTERBROKERRESPONSE']._serialized_end=624
+  _globals['_UNREGISTERBROKERREQUEST']._serialized_start=626
+  _globals['_UNREGISTERBROKERREQUEST']._serialized_end=703
+  _globals['_UNREGISTERBROKERRESPONSE']._serialized_start=705
+  _globals['_UNREGISTERBROKERRESPONSE']._serialized_end=792
+  _globals['_GROUPINFO']._serialized_start=795
+  _globals['_GROUPINFO']._serialized_end=976
+  _globals['_ROUTEBYTOPICREQUEST']._serialized_start=978
+  _globals['_ROUTEBYTOPICREQUEST']._serialized_end=1014
+  _globals['_TOPICROUTE']._serialized_start=1016
+  _globals['_TOPICROUTE']._serialized_end=1132
+  _globals['_ROUTEBYTOPICRESPONSE']._serialized_start=1134
+  _globals['_ROUTEBYTOPICRESPONSE']._serialized_end=1250
+  _globals['_CLUSTERINFOREQUEST']._serialized_start=1252
+  _globals['_CLUSTERINFOREQUEST']._serialized_end=1272
+  _globals['_CLUSTERINFORESPONSE']._serialized_start=1274
+  _globals['_CLUSTERINFORESPONSE']._serialized_end=1388
+  _globals['_NAMESERVER']._serialized_start=1391
+  _globals['_NAMESERVER']._serialized_end=1838
 # @@protoc_insertion_point(module_scope)

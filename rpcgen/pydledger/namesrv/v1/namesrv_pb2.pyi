@@ -34,20 +34,22 @@ class TopicRouteConfig(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "node_id", "term", "nodes", "topics")
+    __slots__ = ("cluster_name", "broker_name", "node_id", "term", "nodes", "topics", "auth_metadata")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    AUTH_METADATA_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     node_id: str
     term: int
     nodes: _containers.RepeatedCompositeFieldContainer[BrokerNode]
     topics: _containers.RepeatedCompositeFieldContainer[TopicRouteConfig]
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., node_id: _Optional[str] = ..., term: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[BrokerNode, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicRouteConfig, _Mapping]]] = ...) -> None: ...
+    auth_metadata: bytes
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., node_id: _Optional[str] = ..., term: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[BrokerNode, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicRouteConfig, _Mapping]]] = ..., auth_metadata: _Optional[bytes] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
     __slots__ = ("status", "expiry_ms")
