@@ -10,6 +10,10 @@ group runs on one worker:
   and the docs test may pick the same documented ports for its own cluster;
   the node image is built once per worker that needs it, so one worker only.
 - `spark`: one SparkSession per worker (a JVM and 5-20 s to start): one.
+
+Every other test runs in the group of its module, so that a module-scoped
+fixture (a cluster of node processes shared by a module's tests) is started
+once, on one worker, not once per worker its tests were spread over.
 """
 from __future__ import annotations
 
@@ -26,7 +30,5 @@ SERIAL_GROUPS = {
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = item.nodeid.split("::", 1)[0]
-        for prefix, group in SERIAL_GROUPS.items():
-            if path.startswith(prefix):
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
+        group = next((group for prefix, group in SERIAL_GROUPS.items() if path.startswith(prefix)), path)
+        item.add_marker(pytest.mark.xdist_group(group))
