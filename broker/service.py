@@ -86,9 +86,12 @@ def client_id_of(context: grpc.aio.ServicerContext) -> str:
 
 
 class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, draining: Callable[[], bool] | None = None) -> None:
+        """`draining`: on a front end (cluster/front_end.py), whether its port
+        is closing; its long polls then answer at once."""
         self.broker = broker
         self.forwarder = broker.forwarder
+        self.draining = draining
 
     # ------------------------------------------------------------- the edge
     async def _unary(self, method: str, request: Any, context: grpc.aio.ServicerContext,
@@ -252,7 +255,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                        context: grpc.aio.ServicerContext) -> AsyncIterator[spb.ReceiveMessageResponse]:
         receiver = self.broker.consumer.receiver
         params = receiver.params(request, context.time_remaining(), request_timeout_of(self.broker.clients, client_id))
-        messages = await receiver.receive(params)
+        messages = await receiver.receive(params, self.draining)
         yield spb.ReceiveMessageResponse(status=ok() if messages else ok("no new message"))
         if messages:
             yield spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))

@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -25,6 +25,7 @@ from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.service import MessagingServicer
 from cluster.console.backend import Target
+from cluster.front_end import FrontEnd
 from cluster.metrics import NodeMetrics
 from dledger.tasks import set_crash_handler
 from dledger.config import DLedgerConfig
@@ -92,6 +93,9 @@ class Node:
         self.grpc_server: grpc.aio.Server | None = None
         # With mutual TLS: the members-only port (the peer address).
         self.peer_server: grpc.aio.Server | None = None
+        # With front ends (BrokerConfig.front_ends): this node's, open while it does not lead.
+        self.front_end: FrontEnd | None = None
+        self._client_interceptors: list[grpc.aio.ServerInterceptor] = []
         self.tls = tls.PLAINTEXT
         self._auth_interceptor: _LateAuthInterceptor | None = None
         self.guard: AccessGuard | None = None
@@ -147,6 +151,7 @@ class Node:
             add_auth_service(guard, self.store, self.broker.forwarder, server)
         for server in self._servers:
             await server.start()
+        await self._start_front_end(broker_settings)
         if config.metrics_address:
             self._serve_metrics(config.metrics_address)
         for service in HEALTH_SERVICES:
@@ -175,6 +180,7 @@ class Node:
         self._auth_interceptor = _LateAuthInterceptor() if auth.enabled else None
         if self._auth_interceptor is not None:
             client_interceptors.append(self._auth_interceptor)
+        self._client_interceptors = client_interceptors
         self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=client_interceptors)
         for server in self._servers:
             dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, server)
@@ -184,6 +190,28 @@ class Node:
             self._bind(self.grpc_server, config.client_bind_address)
         else:
             self._bind(self.grpc_server, config.bind_address)
+
+    async def _start_front_end(self, settings: BrokerConfig) -> None:
+        address = settings.front_end_of(self.config.self_id)
+        if not address:
+            if settings.front_ends:
+                raise NodeStartError(f"--front-ends names no front end for {self.config.self_id}: give every "
+                                     "node's (clients are routed to all of them)")
+            return
+        bind = settings.front_end_listen_address or address
+        broker = self.broker
+        assert broker is not None and self.server is not None
+
+        def build(draining: Callable[[], bool]) -> grpc.aio.Server:
+            server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=self._client_interceptors)
+            messaging_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(broker, draining), server)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+            self._bind(server, bind)
+            return server
+
+        self.front_end = FrontEnd(address, self.server, build, settings.front_end_drain_s,
+                                  broker.consumer.polling.wake_all)
+        await self.front_end.start()
 
     def _auth_settings(self) -> AuthSettings:
         config = self.config
@@ -228,6 +256,8 @@ class Node:
         self._stopped = True
         log.info("node stopping")
         await self.health.enter_graceful_shutdown()
+        if self.front_end is not None:
+            await self.front_end.stop(self.grace_s)
         await asyncio.gather(*(server.stop(self.grace_s) for server in self._servers))
         if self.broker is not None:
             await self.broker.stop()

@@ -108,8 +108,10 @@ class ReceiveService:
         return ReceiveParams(group, topic, request.message_queue.id, request.batch_size, invisible, polling,
                              tag_filter, request.attempt_id if request.HasField("attempt_id") else None)
 
-    async def receive(self, params: ReceiveParams) -> list[pb.Message]:
-        """Messages for the group, waiting up to the polling time for some."""
+    async def receive(self, params: ReceiveParams, stop_waiting: Callable[[], bool] | None = None
+                      ) -> list[pb.Message]:
+        """Messages for the group, waiting up to the polling time for some
+        (or until `stop_waiting()` says so, checked whenever it wakes)."""
         config = self.topics.get(params.topic)
         if config is None:
             raise BrokerError(pb.TOPIC_NOT_FOUND, f"topic {params.topic!r} does not exist")
@@ -131,7 +133,7 @@ class ReceiveService:
                     self.received += len(messages)
                     return messages
                 remaining = give_up - loop.time()
-                if remaining <= 0:
+                if remaining <= 0 or (stop_waiting is not None and stop_waiting()):
                     return []
                 await waiter.wait(min(remaining, self._until_next_deadline(params),
                                       self.config.leader_check_interval_s))

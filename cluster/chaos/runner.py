@@ -71,6 +71,9 @@ class ChaosOptions:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     convergence_timeout_s: float = 30.0
     keep_data: bool = False
+    # The broker workload's nodes get front ends (broker/config.py): routes
+    # then send the official client to ports no leader holds.
+    front_ends: bool = True
 
 
 @dataclass
@@ -99,7 +102,8 @@ async def run_chaos(options: ChaosOptions) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     data_dir = out / "data"
     shutil.rmtree(data_dir, ignore_errors=True)
-    cluster = ProcessCluster(data_dir, options.nodes, [*STORAGE_ARGS, *options.node_args], log_dir=out / "nodes")
+    cluster = ProcessCluster(data_dir, options.nodes, [*STORAGE_ARGS, *options.node_args], log_dir=out / "nodes",
+                             front_ends=options.front_ends and options.workload == "broker")
     network = FaultNetwork(cluster.addresses)
     await network.start()
     cluster.routes = network.routes()
