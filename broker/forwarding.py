@@ -193,12 +193,20 @@ class LeaderForwarder:
 
     async def bidi_stream(self, method: str, requests: AsyncIterator[Any],
                           context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        stub, metadata, _, _ = await self._target(method, context)
+        stub, metadata, _, target = await self._target(method, context)
         call = getattr(stub, method)(requests, metadata=metadata)
+        abandon = _Abandonable(call)
         try:
-            async for response in call:
-                yield response
-        except grpc.aio.AioRpcError as error:
+            # A session (Telemetry) lives on the leader: when another one is
+            # elected the stream ends, and the relay attaches it there.
+            with self.watch.guard(target, abandon):
+                async for response in call:
+                    yield response
+        except (grpc.aio.AioRpcError, asyncio.CancelledError) as error:
+            if abandon.abandoned:
+                raise abandon.failure(method, target, self.server.member_state) from None
+            if isinstance(error, asyncio.CancelledError):
+                raise
             raise _relay_failure(method, error) from None
         finally:
             call.cancel()

@@ -374,6 +374,11 @@ def build_broker_summary(options: ChaosOptions, state: RunState, result: BrokerC
         "official_sends": tally(official),
         "calls": calls,
         "failed_client_calls": sum(c["fail"] + c["unknown"] for c in calls.values()),
+        # Of those, the official client's (its sends, receives and acks).
+        "official_failed_calls": {kind: sum(op.kind == kind and op.client.startswith("official")
+                                            and op.outcome in (Outcome.FAIL, Outcome.UNKNOWN)
+                                            for op in history.operations) for kind in ("send", "receive", "ack")},
+        "front_ends": options.front_ends,
         "deliveries": result.deliveries if result else None,
         "redeliveries": result.redeliveries if result else None,
         "dead_lettered": result.dead_lettered if result else None,
