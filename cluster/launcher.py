@@ -192,8 +192,8 @@ class Launcher:
                 stdin=asyncio.subprocess.DEVNULL)
             self.processes[node.id] = process
             front_end = f" front-end={node.front_end}" if node.front_end else ""
-            say(f"{node.id} grpc={node.address}{front_end} metrics=http://{node.host}:{node.metrics_port}/metrics "
-                f"data={node.data_dir} pid={process.pid}")
+            say(f"{node.id} grpc={node.address} metrics=http://{node.host}:{node.metrics_port}/metrics "
+                f"data={node.data_dir} pid={process.pid}{front_end}")
         say(f"servers {','.join(n.address for n in self.nodes)}")
         if any(n.front_end for n in self.nodes):
             say(f"front ends {','.join(n.front_end for n in self.nodes)}")

@@ -95,7 +95,6 @@ class Node:
         self.peer_server: grpc.aio.Server | None = None
         # With front ends (BrokerConfig.front_ends): this node's, open while it does not lead.
         self.front_end: FrontEnd | None = None
-        self._client_interceptors: list[grpc.aio.ServerInterceptor] = []
         self.tls = tls.PLAINTEXT
         self._auth_interceptor: _LateAuthInterceptor | None = None
         self.guard: AccessGuard | None = None
@@ -180,7 +179,6 @@ class Node:
         self._auth_interceptor = _LateAuthInterceptor() if auth.enabled else None
         if self._auth_interceptor is not None:
             client_interceptors.append(self._auth_interceptor)
-        self._client_interceptors = client_interceptors
         self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=client_interceptors)
         for server in self._servers:
             dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, server)
@@ -203,7 +201,13 @@ class Node:
         assert broker is not None and self.server is not None
 
         def build(draining: Callable[[], bool]) -> grpc.aio.Server:
-            server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=self._client_interceptors)
+            # Interceptors of its own: they cache each method's wrapped
+            # handler, which names one server's servicer (shared with the
+            # client port, that port would serve this front end's servicer).
+            interceptors: list[grpc.aio.ServerInterceptor] = [NamespaceInterceptor()]
+            if self.guard is not None and self.guard.settings.enabled:
+                interceptors.append(AuthInterceptor(self.guard))
+            server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors)
             messaging_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(broker, draining), server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             self._bind(server, bind)
