@@ -123,7 +123,7 @@ async def run(servers: str, args: argparse.Namespace, node_pids: dict[str, int] 
     for mode, inflight, batch, coalesce in runs:
         meter.start()
         result = await bench_send(client_servers or servers, "BenchSend", args.size, inflight, batch, args.duration,
-                                  coalesce=coalesce)
+                                  coalesce=coalesce, admin_servers=servers)
         emit({"client": "pydledger", **result.to_json(), "mode": mode}, result.messages)
     if not args.skip_official:
         meter.start()
