@@ -73,6 +73,7 @@ class FrontEnd:
         self.on_drain = on_drain
         self._current: _Generation | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        self._draining: set[_Generation] = set()
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.opened = 0
@@ -94,11 +95,15 @@ class FrontEnd:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="FrontEnd")
 
     async def stop(self, grace_s: float) -> None:
+        """Close the port; calls still running on it, or on a generation still
+        draining, get `grace_s` (the node's shutdown grace, not the drain's)."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self._current is not None:
             self._close(grace_s)
+        await asyncio.gather(*(g.server.stop(grace_s) for g in self._draining if g.server is not None),
+                             return_exceptions=True)
         await asyncio.gather(*self._closing, return_exceptions=True)
 
     def _on_role_change(self, *_: object) -> None:
@@ -151,12 +156,16 @@ class FrontEnd:
         # The stop's first step (stop listening, GOAWAY) runs on the loop's
         # next turn, before the held calls' polls come round.
         stopping = asyncio.ensure_future(generation.server.stop(grace_s))
+        self._draining.add(generation)
         task = asyncio.ensure_future(self._drain(generation, stopping))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
     async def _drain(self, generation: _Generation, stopping: asyncio.Future[None]) -> None:
-        await asyncio.sleep(GOAWAY_NOTICE_S)
-        generation.draining = True
-        self.on_drain()
-        await stopping
+        try:
+            await asyncio.sleep(GOAWAY_NOTICE_S)
+            generation.draining = True
+            self.on_drain()
+            await stopping
+        finally:
+            self._draining.discard(generation)

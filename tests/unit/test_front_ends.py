@@ -152,3 +152,35 @@ async def test_a_front_end_closes_when_its_node_leads_and_its_clients_move_witho
         await channel.close()
         await fe.stop(0)
         await other.stop(0)
+
+
+async def test_stopping_the_node_cuts_a_draining_front_end_short():
+    port = free_ports(1)[0]
+    address = f"127.0.0.1:{port}"
+    ms = FakeMemberState()
+    stalled = asyncio.get_running_loop().create_future()
+
+    async def wait_forever(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await stalled          # a Telemetry stream, say: open until cut
+        return b""
+
+    def build(draining: Callable[[], bool]) -> grpc.aio.Server:
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+            "test.Which", {"Wait": grpc.unary_unary_rpc_method_handler(wait_forever)})])
+        assert server.add_insecure_port(address)
+        return server
+
+    fe = FrontEnd(address, FakeServer(ms, FakeMembershipLog(FakeMembership(["n0", "n1", "n2"]))),  # type: ignore[arg-type]
+                  build, drain_s=30.0, on_drain=lambda: None)
+    await fe.start()
+    async with grpc.aio.insecure_channel(address) as channel:
+        call = channel.unary_unary("/test.Which/Wait")(b"")
+        await asyncio.sleep(0.2)
+        ms.change("n0", 4)             # leads: draining for up to 30 s
+        await asyncio.sleep(0.1)
+        started = asyncio.get_running_loop().time()
+        await fe.stop(0.2)
+        assert asyncio.get_running_loop().time() - started < 2.0
+        with pytest.raises(grpc.aio.AioRpcError):
+            await call
