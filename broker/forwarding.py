@@ -119,10 +119,18 @@ class _Abandonable:
         self.abandoned = True
         self.call.cancel()
 
-    def failure(self, method: str, target: Target, member_state: MemberState) -> BrokerError:
-        return BrokerError(pb.PROXY_TIMEOUT, f"the leader changed from {target.leader_id} (term {target.term}) to "
-                                             f"{member_state.leader_id} (term {member_state.term}) under the "
-                                             f"forwarded {method}; its outcome is unknown, retry")
+    def outcome(self, error: grpc.aio.AioRpcError | asyncio.CancelledError, method: str, target: Target,
+                member_state: MemberState) -> BaseException:
+        """What the forwarded call's failure becomes: PROXY_TIMEOUT when it
+        was abandoned, the cancellation itself when the caller went away,
+        else the relay's failure."""
+        if self.abandoned:
+            return BrokerError(pb.PROXY_TIMEOUT, f"the leader changed from {target.leader_id} (term {target.term}) "
+                                                 f"to {member_state.leader_id} (term {member_state.term}) under the "
+                                                 f"forwarded {method}; its outcome is unknown, retry")
+        if isinstance(error, asyncio.CancelledError):
+            return error
+        return _relay_failure(method, error)
 
 
 class LeaderForwarder:
@@ -158,11 +166,7 @@ class LeaderForwarder:
             with self.watch.guard(target, abandon):
                 return await call
         except (grpc.aio.AioRpcError, asyncio.CancelledError) as error:
-            if abandon.abandoned:
-                raise abandon.failure(method, target, self.server.member_state) from None
-            if isinstance(error, asyncio.CancelledError):
-                raise
-            raise _relay_failure(method, error) from None
+            raise abandon.outcome(error, method, target, self.server.member_state) from None
 
     async def server_stream(self, method: str, request: Any, context: grpc.aio.ServicerContext,
                             give_up: float | None = None) -> AsyncIterator[Any]:
@@ -183,11 +187,7 @@ class LeaderForwarder:
             async for response in responses:
                 yield response
         except (grpc.aio.AioRpcError, asyncio.CancelledError) as error:
-            if abandon.abandoned:
-                raise abandon.failure(method, target, self.server.member_state) from None
-            if isinstance(error, asyncio.CancelledError):
-                raise
-            raise _relay_failure(method, error) from None
+            raise abandon.outcome(error, method, target, self.server.member_state) from None
         finally:
             call.cancel()
 
@@ -203,11 +203,7 @@ class LeaderForwarder:
                 async for response in call:
                     yield response
         except (grpc.aio.AioRpcError, asyncio.CancelledError) as error:
-            if abandon.abandoned:
-                raise abandon.failure(method, target, self.server.member_state) from None
-            if isinstance(error, asyncio.CancelledError):
-                raise
-            raise _relay_failure(method, error) from None
+            raise abandon.outcome(error, method, target, self.server.member_state) from None
         finally:
             call.cancel()
 

@@ -100,10 +100,12 @@ class FrontEnd:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        # Generations closed earlier are stopped again with the shorter grace
+        # (gRPC keeps the shorter); the current one is stopped once, with it.
+        earlier = [g for g in self._draining if g.server is not None]
         if self._current is not None:
             self._close(grace_s)
-        await asyncio.gather(*(g.server.stop(grace_s) for g in self._draining if g.server is not None),
-                             return_exceptions=True)
+        await asyncio.gather(*(g.server.stop(grace_s) for g in earlier), return_exceptions=True)
         await asyncio.gather(*self._closing, return_exceptions=True)
 
     def _on_role_change(self, *_: object) -> None:
