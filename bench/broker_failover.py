@@ -1,15 +1,20 @@
 """Failover as the official RocketMQ 5 Python client sees it: its Producer
 sends one message at a time (`producer.send`, about 20 a second) and its
 SimpleConsumer receives and acks, while the leader of a three-node cluster is
-SIGKILLed, restarted and caught up, round after round. Per round: the time
-from the SIGKILL to the next acknowledged send and to the next delivered
-message; over the run: every failed send or receive, and every acknowledged
-send that was never delivered.
+SIGKILLed, restarted and caught up (`--fault kill`), or SIGSTOPped for 3 s and
+resumed (`--fault pause`), round after round. Per round: the time from the
+fault to the next acknowledged send and to the next delivered message; over
+the run: every failed send, receive and ack (with the first errors), and
+every acknowledged send that was never delivered.
 
-    python -m bench.broker_failover [--rounds 5] [--dir DIR]
+    python -m bench.broker_failover [--rounds 5] [--fault kill|pause] [--front-ends on|off] [--dir DIR]
 
-{"round", "killed", "next_send_ms", "next_delivery_ms"} ... then
-{"rounds", "sends", "failed_sends", "failed_receives", "failed_acks", "undelivered",
+`--front-ends on` (the default) gives the nodes front ends (broker/config.py):
+routes then point the client at ports that never belong to the leader;
+`off` routes it to every node's own port (the first that answers).
+
+{"round", "fault", "node", "next_send_ms", "next_delivery_ms"} ... then
+{"rounds", "fault", "front_ends", "sends", "failed_sends", "failed_receives", "failed_acks", "undelivered",
  "next_send_ms": {median, worst}, "next_delivery_ms": {median, worst}}
 """
 from __future__ import annotations
@@ -34,6 +39,10 @@ TOPIC, GROUP = "FailoverOfficial", "FailoverOfficialGroup"
 SEND_RATE = 20.0
 BEFORE_KILL_S = 2.0
 AFTER_KILL_S = 3.0
+# A pause lasts several election timeouts (0.5-1 s): the group elects
+# another leader meanwhile, as the chaos harness's pause-leader does.
+PAUSE_S = 3.0
+FAULTS = ("kill", "pause")
 
 
 class Events:
@@ -56,8 +65,10 @@ class Events:
         return min(times) - moment if times else None
 
 
-async def run(rounds: int, base: Path) -> dict[str, Any]:
-    cluster = ProcessCluster(base, extra_args=["--preallocate", "false"])
+async def run(rounds: int, base: Path, fault: str = "kill", front_ends: bool = True,
+              events_file: Path | None = None) -> dict[str, Any]:
+    # (An older ProcessCluster, which knows no front ends, for A/B runs.)
+    cluster = ProcessCluster(base, extra_args=["--preallocate", "false"], **({"front_ends": True} if front_ends else {}))
     cluster.start()
     addresses = list(cluster.addresses.values())
     try:
@@ -79,13 +90,19 @@ async def run(rounds: int, base: Path) -> dict[str, Any]:
             for number in range(1, rounds + 1):
                 await asyncio.sleep(BEFORE_KILL_S)
                 leader = await find_leader(client, addresses)
-                killed_at = time.monotonic()
-                cluster.kill(leader)
-                await asyncio.sleep(AFTER_KILL_S)
-                cluster.start(leader)
-                send = events.first_after("send-ok", killed_at)
-                delivery = events.first_after("delivery", killed_at)
-                row = {"round": number, "killed": leader,
+                fault_at = time.monotonic()
+                if fault == "kill":
+                    cluster.kill(leader)
+                    await asyncio.sleep(AFTER_KILL_S)
+                    cluster.start(leader)
+                else:
+                    cluster.pause(leader)
+                    await asyncio.sleep(PAUSE_S)
+                    cluster.resume(leader)
+                    await asyncio.sleep(AFTER_KILL_S - PAUSE_S if AFTER_KILL_S > PAUSE_S else 0.5)
+                send = events.first_after("send-ok", fault_at)
+                delivery = events.first_after("delivery", fault_at)
+                row = {"round": number, "fault": fault, "node": leader,
                        "next_send_ms": None if send is None else round(send * 1000, 1),
                        "next_delivery_ms": None if delivery is None else round(delivery * 1000, 1)}
                 print(json.dumps(row), flush=True)
@@ -100,7 +117,9 @@ async def run(rounds: int, base: Path) -> dict[str, Any]:
             await reader
     finally:
         cluster.stop_all()
-    return summarise(events, results)
+    if events_file is not None:
+        events_file.write_text("".join(json.dumps(e) + "\n" for e in events.lines))
+    return {"fault": fault, "front_ends": front_ends, **summarise(events, results)}
 
 
 async def drain(events: Events, timeout_s: float = 30.0) -> None:
@@ -129,18 +148,24 @@ def summarise(events: Events, rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rounds": len(rows), "sends": count("send"), "acked_sends": len(acked),
             "failed_sends": count("send-fail"), "failed_receives": count("receive-fail"),
             "failed_acks": count("ack-fail"), "undelivered": len(acked - delivered),
+            "undelivered_ids": sorted(acked - delivered)[:10],
             "send_errors": [e["error"] for e in events.lines if e["type"] == "send-fail"][:5],
+            "receive_errors": [e["error"] for e in events.lines if e["type"] == "receive-fail"][:5],
+            "ack_errors": [e["error"] for e in events.lines if e["type"] == "ack-fail"][:5],
             "next_send_ms": stats("next_send_ms"), "next_delivery_ms": stats("next_delivery_ms")}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--fault", choices=FAULTS, default="kill")
+    parser.add_argument("--front-ends", choices=("on", "off"), default="on")
     parser.add_argument("--dir", type=Path, help="node data (default: a temporary directory, removed after)")
+    parser.add_argument("--events", type=Path, help="write every client event here (JSON lines)")
     args = parser.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="broker-failover-"))
     try:
-        print(json.dumps(asyncio.run(run(args.rounds, base))), flush=True)
+        print(json.dumps(asyncio.run(run(args.rounds, base, args.fault, args.front_ends == "on", args.events))), flush=True)
     finally:
         if args.dir is None:
             shutil.rmtree(base, ignore_errors=True)

@@ -2,10 +2,13 @@
 AckMessage per received batch), 1 KiB messages, on a local three-node cluster.
 
     python -m bench.consume [--servers H:P,...] [--messages 100000] [--size 1024]
-                            [--batch 32] [--consumers 16] [--processes 2] [--json]
+                            [--batch 32] [--consumers 16] [--processes 2] [--front-ends] [--json]
 
 Without --servers it starts its own cluster (cluster/process_cluster.py) in a
-temporary directory. It first fills a fresh topic (batched SendMessage), then
+temporary directory; with --front-ends that cluster has front ends
+(broker/config.py) and the consumers go through one (a follower's port,
+which forwards every call to the leader) instead of to the leader: the
+cost of the extra hop. It first fills a fresh topic (batched SendMessage), then
 client processes, each with several concurrent receive loops, receive and ack
 until the topic is drained. Prints one JSON line:
 
@@ -141,6 +144,20 @@ async def leader_of(addresses: list[str], timeout: float = 15.0) -> tuple[str, s
     raise TimeoutError("the leader's address is not among the servers given")
 
 
+async def first_open(addresses: list[str], timeout: float = 10.0) -> str:
+    """The first front end that answers (the leader's is closed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for address in addresses:
+            async with grpc.aio.insecure_channel(address) as channel:
+                try:
+                    await asyncio.wait_for(channel.channel_ready(), 0.5)
+                    return address
+                except asyncio.TimeoutError:
+                    continue
+    raise TimeoutError(f"no front end open among {','.join(addresses)}")
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -148,11 +165,15 @@ def percentile(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
 
 
-async def run(args: argparse.Namespace, addresses: list[str], pids: dict[str, int] | None = None) -> dict[str, Any]:
+async def run(args: argparse.Namespace, addresses: list[str], pids: dict[str, int] | None = None,
+              front_ends: list[str] | None = None) -> dict[str, Any]:
     leader, leader_address = await leader_of(addresses)
-    # Clients talk to the leader (a follower would forward every call: that
-    # measures forwarding, see README).
+    # Clients talk to the leader; given front ends, to the first that is open
+    # (a follower's, which forwards every call: the extra hop's cost).
     addresses = [leader_address] + [a for a in addresses if a != leader_address]
+    consumer_addresses = addresses
+    if front_ends:
+        consumer_addresses = [await first_open(front_ends)]
     topic, group = f"BenchConsume{uuid.uuid4().hex[:6]}", f"BenchGroup{uuid.uuid4().hex[:6]}"
     fill_rate = await fill(leader_address, topic, args.messages, args.size)
     context = multiprocessing.get_context("spawn")
@@ -161,8 +182,8 @@ async def run(args: argparse.Namespace, addresses: list[str], pids: dict[str, in
     start_at = time.time() + 1.5   # let every process import and connect first
     meter = CpuMeter(pids or {})
     meter.start()
-    processes = [context.Process(target=_worker, args=(addresses, topic, group, loops, args.batch, w, start_at,
-                                                       results)) for w in range(args.processes)]
+    processes = [context.Process(target=_worker, args=(consumer_addresses, topic, group, loops, args.batch, w,
+                                                       start_at, results)) for w in range(args.processes)]
     for process in processes:
         process.start()
     parts = [results.get(timeout=600) for _ in processes]
@@ -174,7 +195,8 @@ async def run(args: argparse.Namespace, addresses: list[str], pids: dict[str, in
     acked = sum(p["acked"] for p in parts)
     ids = [i for p in parts for i in p["ids"]]
     return {"messages": args.messages, "size": args.size, "batch": args.batch, "consumers": loops * args.processes,
-            "processes": args.processes, "leader": leader, "fill_per_s": round(fill_rate),
+            "processes": args.processes, "leader": leader, "via": consumer_addresses[0],
+            "front_ends": bool(front_ends), "fill_per_s": round(fill_rate),
             "received": received, "acked": acked, "distinct": len(set(ids)),
             "received_per_s": round(received / seconds), "acked_per_s": round(acked / seconds),
             "seconds": round(seconds, 2),
@@ -201,16 +223,19 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="client processes the loops are spread over")
     parser.add_argument("--dir", help="where a started cluster keeps its files (default: a temp dir)")
     parser.add_argument("--json", action="store_true", help="accepted for symmetry: the output is always JSON")
+    parser.add_argument("--front-ends", action="store_true",
+                        help="start the cluster with front ends and consume through one (the extra hop's cost)")
     args = parser.parse_args()
     if args.servers:
         print(json.dumps(asyncio.run(run(args, args.servers.split(",")))))
         return
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="dledger-bench-consume-"))
-    cluster = ProcessCluster(base, extra_args=DEFAULT_NODE_FILES)
+    cluster = ProcessCluster(base, extra_args=DEFAULT_NODE_FILES, front_ends=args.front_ends)
     cluster.start()
     try:
         pids = {node: proc.pid for node, proc in cluster.procs.items()}
-        print(json.dumps(asyncio.run(run(args, list(cluster.addresses.values()), pids))))
+        print(json.dumps(asyncio.run(run(args, list(cluster.addresses.values()), pids,
+                                         list(cluster.front_ends.values())))))
     finally:
         cluster.stop_all()
         if not args.dir:

@@ -3,7 +3,7 @@ RocketMQ 5 Python client (rocketmq-python-client) on the same workload, and
 the replicated log's own append throughput for the cost of the broker.
 
     python -m bench.send [--servers H:P,...] [--size 1024] [--inflight 64] [--batch 64]
-                         [--duration 10] [--skip-official]
+                         [--duration 10] [--skip-official] [--front-ends]
 
 Without --servers it starts its own three-node cluster (cluster/process_cluster.py)
 in a temporary directory. One JSON line per run, each with the client, the
@@ -15,6 +15,11 @@ mode and messages/s with p50/p99 latency per call:
     batched  K/4 concurrent batches of --batch messages
     official K concurrent send_async() of the official client (one message per call),
              in a subprocess: it cannot share a process with our generated protos
+
+With --front-ends the cluster it starts has front ends (broker/config.py)
+and broker.client sends through them (a follower's port, which forwards to
+the leader) instead of to the leader itself: the cost of the extra hop.
+The official client is routed to the front ends either way once they exist.
 
 Each line also says where the CPU went, in microseconds per message:
 "cpu_us_per_message" has each node (when the benchmark started the cluster)
@@ -97,8 +102,9 @@ def official_send(servers: str, topic: str, size: int, inflight: int, duration: 
             "client_cpu_s": result["cpu_s"]}
 
 
-async def run(servers: str, args: argparse.Namespace, node_pids: dict[str, int] | None = None
-              ) -> list[dict[str, Any]]:
+async def run(servers: str, args: argparse.Namespace, node_pids: dict[str, int] | None = None,
+              client_servers: str | None = None) -> list[dict[str, Any]]:
+    """`client_servers`: where broker.client sends (default `servers`)."""
     lines: list[dict[str, Any]] = []
     meter = CpuMeter(node_pids or {})
 
@@ -116,7 +122,8 @@ async def run(servers: str, args: argparse.Namespace, node_pids: dict[str, int] 
             ("batched", max(1, args.inflight // 4), args.batch, True)]
     for mode, inflight, batch, coalesce in runs:
         meter.start()
-        result = await bench_send(servers, "BenchSend", args.size, inflight, batch, args.duration, coalesce=coalesce)
+        result = await bench_send(client_servers or servers, "BenchSend", args.size, inflight, batch, args.duration,
+                                  coalesce=coalesce, admin_servers=servers)
         emit({"client": "pydledger", **result.to_json(), "mode": mode}, result.messages)
     if not args.skip_official:
         meter.start()
@@ -134,13 +141,14 @@ async def main_async(args: argparse.Namespace) -> None:
         await run(args.servers, args)
         return
     with tempfile.TemporaryDirectory(prefix="bench-send-") as base:
-        cluster = ProcessCluster(Path(base), extra_args=DEFAULT_NODE_FILES)
+        cluster = ProcessCluster(Path(base), extra_args=DEFAULT_NODE_FILES, front_ends=args.front_ends)
         cluster.start()
         try:
             async with DLedgerClient(list(cluster.addresses.values())) as client:
                 await find_leader(client, list(cluster.addresses.values()))
             await run(",".join(cluster.addresses.values()), args,
-                      {node: proc.pid for node, proc in cluster.procs.items()})
+                      {node: proc.pid for node, proc in cluster.procs.items()},
+                      ",".join(cluster.front_ends.values()) or None)
         finally:
             cluster.stop_all()
 
@@ -153,6 +161,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--skip-official", action="store_true")
+    parser.add_argument("--front-ends", action="store_true",
+                        help="start the cluster with front ends and send through them (the extra hop's cost)")
     asyncio.run(main_async(parser.parse_args()))
 
 

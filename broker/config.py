@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dledger.config import PeerAddress
+
 
 @dataclass(frozen=True)
 class BrokerConfig:
@@ -20,6 +22,21 @@ class BrokerConfig:
     # A send to an unknown topic creates it (RocketMQ: autoCreateTopicEnable
     # true by default, "recommended off in production"); off, the send fails
     # with TOPIC_NOT_FOUND.
+    # Front ends (RocketMQ 5's proxy, inside the nodes): a second client
+    # port per node that serves the messaging protocol only and forwards to
+    # whichever node leads, holding calls through leader changes. A node
+    # closes its front end while it leads (clients then move, on their own
+    # connection's GOAWAY, to a node that does not), so killing or pausing
+    # the leader cuts no client connection. Routes then list these
+    # addresses instead of `endpoints`. Empty: no front ends.
+    front_ends: tuple[PeerAddress, ...] = ()
+    # Where this node's front end binds, when not its own front-end address
+    # (0.0.0.0:PORT in a container).
+    front_end_listen_address: str = ""
+    # A front end closing because its node now leads lets calls in flight on
+    # it (Telemetry streams above all) run this long before they are cut;
+    # its long polls end at once, answered empty.
+    front_end_drain_s: float = 30.0
     auto_create_topic: bool = True
     # For a log written before entries carried their writer in the DLedger
     # header's channel: apply untagged entries shaped like store entries
@@ -38,6 +55,16 @@ class BrokerConfig:
     # alone, so every replica, and a node restarted from its checkpoint, has
     # the same one.
     dedupe_window_entries: int = 200_000
+
+    @property
+    def client_endpoints(self) -> tuple[str, ...]:
+        """The addresses a route gives clients: the front ends when there
+        are any, else every node."""
+        return tuple(p.address for p in self.front_ends) or self.endpoints
+
+    def front_end_of(self, node_id: str) -> str:
+        """Node `node_id`'s front-end address ("" without one)."""
+        return next((p.address for p in self.front_ends if p.id == node_id), "")
 
     # ------------------------------------------- broker groups and name servers
     # Name servers (host:port) this group registers with; empty: a single

@@ -8,13 +8,25 @@ the client's own metadata, and relays the answer back. During an election it
 waits up to `leader_wait_s` for a leader before answering HA_NOT_AVAILABLE.
 A forwarded call is marked and never forwarded again: a node that receives
 one while not leading answers HA_NOT_AVAILABLE, and the client retries.
+
+A leader that stops answering (paused, cut off) is not waited out: when this
+node learns of another leader, or of the same one in a later term, while a
+forwarded call has no answer yet, the call is abandoned and answered
+PROXY_TIMEOUT (its outcome is unknown: the old leader may have written it),
+which the edge (broker/service.py) tries again through the new leader for
+the calls whose repetition is harmless. So a paused leader costs a held call
+about one election, not the call's whole deadline. `leader_moved` is the
+rule; `LeaderWatch` applies it whenever the member state changes.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import logging
 import time
-from typing import Any, AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import grpc
 
@@ -22,6 +34,7 @@ from broker.config import BrokerConfig
 from broker.errors import BrokerError
 from dledger.rpc import tls
 from dledger.rpc.channel import channel_options
+from dledger.member_state import MemberState
 from dledger.server import DLedgerServer
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
@@ -39,6 +52,87 @@ POLL_S = 0.02
 StubFactory = Callable[[grpc.aio.Channel], Any]
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where a call was forwarded: the leader as this node knew it then."""
+    address: str
+    leader_id: str
+    term: int
+
+
+def leader_moved(target: Target, leader_id: str, term: int) -> bool:
+    """Whether a call forwarded to `target` should be abandoned, this node now
+    knowing `leader_id` in `term`: another leader is known, or the same one in
+    a later term (it stepped down and was elected again; its pending writes
+    of the old term have failed). Not while no leader is known: an election
+    may fail, and the old leader may still answer."""
+    return bool(leader_id) and (leader_id, term) != (target.leader_id, target.term)
+
+
+class LeaderWatch:
+    """Forwarded calls without an answer yet, each with the leader it went
+    to; when the member state changes (every change of role, term or leader
+    goes through its listeners), those whose leader moved are abandoned.
+    A dict entry per call, no task: the hot path stays cheap."""
+
+    def __init__(self, member_state: MemberState) -> None:
+        self.member_state = member_state
+        self._waiting: dict[int, tuple[Target, Callable[[], None]]] = {}
+        self._keys = itertools.count()
+        self.abandoned = 0
+        member_state.add_listener(self._on_change)
+
+    def _on_change(self, *_: object) -> None:
+        ms = self.member_state
+        for key, (target, abandon) in list(self._waiting.items()):
+            if leader_moved(target, ms.leader_id, ms.term):
+                del self._waiting[key]
+                self.abandoned += 1
+                log.info("a call forwarded to %s (term %d) is abandoned: %s leads in term %d", target.leader_id,
+                         target.term, ms.leader_id, ms.term)
+                abandon()
+
+    @contextlib.contextmanager
+    def guard(self, target: Target, abandon: Callable[[], None]) -> Iterator[None]:
+        """Within the block, `abandon()` is called if the leader moves from `target`."""
+        ms = self.member_state
+        if leader_moved(target, ms.leader_id, ms.term):
+            abandon()
+            yield
+            return
+        key = next(self._keys)
+        self._waiting[key] = (target, abandon)
+        try:
+            yield
+        finally:
+            self._waiting.pop(key, None)
+
+
+class _Abandonable:
+    """One forwarded call's abandonment: cancels it and remembers why."""
+
+    def __init__(self, call: Any) -> None:
+        self.call = call
+        self.abandoned = False
+
+    def __call__(self) -> None:
+        self.abandoned = True
+        self.call.cancel()
+
+    def outcome(self, error: grpc.aio.AioRpcError | asyncio.CancelledError, method: str, target: Target,
+                member_state: MemberState) -> BaseException:
+        """What the forwarded call's failure becomes: PROXY_TIMEOUT when it
+        was abandoned, the cancellation itself when the caller went away,
+        else the relay's failure."""
+        if self.abandoned:
+            return BrokerError(pb.PROXY_TIMEOUT, f"the leader changed from {target.leader_id} (term {target.term}) "
+                                                 f"to {member_state.leader_id} (term {member_state.term}) under the "
+                                                 f"forwarded {method}; its outcome is unknown, retry")
+        if isinstance(error, asyncio.CancelledError):
+            return error
+        return _relay_failure(method, error)
+
+
 class LeaderForwarder:
     def __init__(self, server: DLedgerServer, config: BrokerConfig, material: tls.TlsMaterial = tls.PLAINTEXT
                  ) -> None:
@@ -48,6 +142,7 @@ class LeaderForwarder:
         # the node has the cluster CA.
         self._tls = material
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self.watch = LeaderWatch(server.member_state)
 
     def is_leader(self) -> bool:
         return self.server.member_state.is_leader
@@ -64,47 +159,65 @@ class LeaderForwarder:
     async def unary(self, method: str, request: Any, context: grpc.aio.ServicerContext,
                     stub_factory: StubFactory = service_pb2_grpc.MessagingServiceStub,
                     give_up: float | None = None) -> Any:
-        stub, metadata, timeout = await self._target(method, context, stub_factory, give_up)
+        stub, metadata, timeout, target = await self._target(method, context, stub_factory, give_up)
+        call = getattr(stub, method)(request, metadata=metadata, timeout=timeout)
+        abandon = _Abandonable(call)
         try:
-            return await getattr(stub, method)(request, metadata=metadata, timeout=timeout)
-        except grpc.aio.AioRpcError as error:
-            raise _relay_failure(method, error) from None
+            with self.watch.guard(target, abandon):
+                return await call
+        except (grpc.aio.AioRpcError, asyncio.CancelledError) as error:
+            raise abandon.outcome(error, method, target, self.server.member_state) from None
 
     async def server_stream(self, method: str, request: Any, context: grpc.aio.ServicerContext,
                             give_up: float | None = None) -> AsyncIterator[Any]:
-        stub, metadata, timeout = await self._target(method, context, give_up=give_up)
+        stub, metadata, timeout, target = await self._target(method, context, give_up=give_up)
         call = getattr(stub, method)(request, metadata=metadata, timeout=timeout)
+        abandon = _Abandonable(call)
         try:
-            async for response in call:
+            responses = call.__aiter__()
+            # The answer comes in one go once the leader has it (a receive
+            # streams its status and messages after its leases are
+            # committed): only the wait for its start may be abandoned.
+            try:
+                with self.watch.guard(target, abandon):
+                    first = await responses.__anext__()
+            except StopAsyncIteration:
+                return
+            yield first
+            async for response in responses:
                 yield response
-        except grpc.aio.AioRpcError as error:
-            raise _relay_failure(method, error) from None
+        except (grpc.aio.AioRpcError, asyncio.CancelledError) as error:
+            raise abandon.outcome(error, method, target, self.server.member_state) from None
         finally:
             call.cancel()
 
     async def bidi_stream(self, method: str, requests: AsyncIterator[Any],
                           context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        stub, metadata, _ = await self._target(method, context)
+        stub, metadata, _, target = await self._target(method, context)
         call = getattr(stub, method)(requests, metadata=metadata)
+        abandon = _Abandonable(call)
         try:
-            async for response in call:
-                yield response
-        except grpc.aio.AioRpcError as error:
-            raise _relay_failure(method, error) from None
+            # A session (Telemetry) lives on the leader: when another one is
+            # elected the stream ends, and the relay attaches it there.
+            with self.watch.guard(target, abandon):
+                async for response in call:
+                    yield response
+        except (grpc.aio.AioRpcError, asyncio.CancelledError) as error:
+            raise abandon.outcome(error, method, target, self.server.member_state) from None
         finally:
             call.cancel()
 
     # ------------------------------------------------------------- plumbing
     async def _target(self, method: str, context: grpc.aio.ServicerContext,
                       stub_factory: StubFactory = service_pb2_grpc.MessagingServiceStub,
-                      give_up: float | None = None) -> tuple[Any, list[tuple[str, str]], float | None]:
+                      give_up: float | None = None) -> tuple[Any, list[tuple[str, str]], float | None, Target]:
         """`give_up` (time.monotonic()): wait for a leader until then rather
         than `leader_wait_s` (a call the edge holds through an election)."""
         if self.was_forwarded(context):
             raise BrokerError(pb.HA_NOT_AVAILABLE, f"{self.server.config.self_id} received a forwarded "
                                                    f"{method} but does not lead; retry")
         wait_s = self.config.leader_wait_s if give_up is None else max(0.0, give_up - time.monotonic())
-        address = await self._leader_address(wait_s)
+        target = await self._leader(wait_s)
         metadata = [(k, v) for k, v in context.invocation_metadata() or ()
                     if not k.startswith(_TRANSPORT_HEADERS)]
         metadata.append((FORWARDED_HEADER, self.server.config.self_id))
@@ -113,19 +226,19 @@ class LeaderForwarder:
             # Leave the edge time to try the next leader if this one fails.
             remaining = max(0.05, give_up - time.monotonic())
         timeout = min(remaining, self.config.forward_timeout_s) if remaining is not None else None
-        return stub_factory(self._channel(address)), metadata, timeout
+        return stub_factory(self._channel(target.address)), metadata, timeout, target
 
-    async def _leader_address(self, wait_s: float) -> str:
-        """The leader's peer address (peers reach each other there, even where
-        clients use other, advertised, addresses), waiting out an election."""
+    async def _leader(self, wait_s: float) -> Target:
+        """The leader and its peer address (peers reach each other there, even
+        where clients use other, advertised, addresses), waiting out an election."""
         ms = self.server.member_state
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         while True:
             if ms.leader_id and ms.leader_id != self.server.config.self_id:
-                return self.server.address_of(ms.leader_id)
+                return Target(self.server.address_of(ms.leader_id), ms.leader_id, ms.term)
             if ms.is_leader:
-                return self.server.config.self_peer.address
+                return Target(self.server.config.self_peer.address, ms.leader_id, ms.term)
             if loop.time() >= deadline:
                 raise BrokerError(pb.HA_NOT_AVAILABLE, "no leader is elected yet; retry")
             await asyncio.sleep(POLL_S)

@@ -1,6 +1,11 @@
 """A server interceptor that replaces some methods' handlers by wrapped ones,
 each built once per method (a servicer's handlers do not change while the
-server runs). Authentication and namespaces are both such interceptors."""
+server runs). Authentication and namespaces are both such interceptors.
+
+One instance serves one server: the cached handler wraps that server's
+servicer, and an instance shared by two servers would hand the second
+server's calls to the first one's servicer (cluster/node.py gives the
+front end interceptors of its own)."""
 from __future__ import annotations
 
 from typing import Any, Awaitable, Callable

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import timedelta
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import grpc
@@ -86,9 +87,12 @@ def client_id_of(context: grpc.aio.ServicerContext) -> str:
 
 
 class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, draining: Callable[[], bool] | None = None) -> None:
+        """`draining`: on a front end (cluster/front_end.py), whether its port
+        is closing; its long polls then answer at once."""
         self.broker = broker
         self.forwarder = broker.forwarder
+        self.draining = draining
 
     # ------------------------------------------------------------- the edge
     async def _unary(self, method: str, request: Any, context: grpc.aio.ServicerContext,
@@ -244,6 +248,16 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
 
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest, context: grpc.aio.ServicerContext
                              ) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        if not self.forwarder.was_forwarded(context):
+            # The client's deadline is judged here, as the call arrives: what
+            # holding it through a leader change uses up later only shortens
+            # its long poll (ReceiveService.params, held).
+            remaining = context.time_remaining()
+            try:
+                validation.check_polling_deadline(timedelta(seconds=remaining) if remaining is not None else None)
+            except BrokerError as error:
+                yield spb.ReceiveMessageResponse(status=error.to_status())
+                return
         async for response in self._server_stream("ReceiveMessage", request, context, spb.ReceiveMessageResponse,
                                                   self._receive):
             yield response
@@ -251,8 +265,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
     async def _receive(self, request: spb.ReceiveMessageRequest, client_id: str,
                        context: grpc.aio.ServicerContext) -> AsyncIterator[spb.ReceiveMessageResponse]:
         receiver = self.broker.consumer.receiver
-        params = receiver.params(request, context.time_remaining(), request_timeout_of(self.broker.clients, client_id))
-        messages = await receiver.receive(params)
+        params = receiver.params(request, context.time_remaining(), request_timeout_of(self.broker.clients, client_id),
+                                 held=True)
+        messages = await receiver.receive(params, self.draining)
         yield spb.ReceiveMessageResponse(status=ok() if messages else ok("no new message"))
         if messages:
             yield spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 
 # While serving the session here, check this often whether this node still leads.
 LEADERSHIP_POLL_S = 0.2
+# Between two failed attachments (the leader is gone and none is known yet,
+# or it cannot be reached): without a pause the relay spun, hundreds of tries
+# per client and second, on the followers' CPU while they elect.
+REATTACH_PAUSE_S = 0.05
 _END = object()
 
 
@@ -65,8 +69,9 @@ class TelemetryRelay:
                         yield response
                 except BrokerError as error:
                     # The leader went away (or none is elected yet): attach anew.
-                    log.info("telemetry of %s moves on: %s", self.client_id, error.message)
+                    log.debug("telemetry of %s moves on: %s", self.client_id, error.message)
                     resumed = True
+                    await asyncio.sleep(REATTACH_PAUSE_S)
                     continue
                 if local and not self.forwarder.is_leader():
                     resumed = True      # this node stopped leading: move the session

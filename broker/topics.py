@@ -49,7 +49,7 @@ class TopicService:
     def __init__(self, config: BrokerConfig, store: MessageStore) -> None:
         self.config = config
         self.store = store
-        self._endpoints = route_endpoints(config.endpoints)
+        self._endpoints = route_endpoints(config.client_endpoints)
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.store.topics.get(topic)

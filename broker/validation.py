@@ -346,14 +346,17 @@ def validate_invisible_duration(duration: timedelta, *, for_receive: bool,
 
 def effective_long_polling_timeout(requested: timedelta | None, deadline_remaining: timedelta | None,
                                    request_timeout: timedelta,
-                                   limits: ValidationLimits = DEFAULT_LIMITS) -> timedelta:
+                                   limits: ValidationLimits = DEFAULT_LIMITS, held: bool = False) -> timedelta:
     """How long a ReceiveMessage may wait for messages, as the 5.x proxy decides it.
 
     The proxy does not refuse a requested timeout outside its range: it clamps
     it to [min, max]. Without one, it waits the call's remaining deadline less
     half the client's request timeout. Only when the call's deadline leaves
     less than the minimum does it answer ILLEGAL_POLLING_TIME: the response
-    could not arrive before the client gives up.
+    could not arrive before the client gives up. `held`: the call's own
+    deadline was checked where it arrived (`check_polling_deadline`) and the
+    time since went into holding it through a leader change; then it waits
+    what is left, if anything, rather than failing.
     """
     if requested is None:
         remaining = deadline_remaining if deadline_remaining is not None else limits.max_long_polling
@@ -361,8 +364,18 @@ def effective_long_polling_timeout(requested: timedelta | None, deadline_remaini
     polling = min(max(requested, limits.min_long_polling), limits.max_long_polling)
     if deadline_remaining is None or polling <= deadline_remaining:
         return polling
-    if deadline_remaining >= limits.min_long_polling:
-        return deadline_remaining
+    if deadline_remaining >= limits.min_long_polling or held:
+        return max(deadline_remaining, timedelta(0))
     raise BrokerError(definition_pb2.ILLEGAL_POLLING_TIME,
                       f"the call's deadline leaves {deadline_remaining.total_seconds()} s, less than the "
                       f"minimum long polling time {limits.min_long_polling.total_seconds()} s")
+
+
+def check_polling_deadline(deadline_remaining: timedelta | None, limits: ValidationLimits = DEFAULT_LIMITS) -> None:
+    """ILLEGAL_POLLING_TIME for a receive whose deadline, as it arrives, is
+    under the minimum long polling time (the check a receive gets where it
+    enters the cluster, before it may be held or forwarded)."""
+    if deadline_remaining is not None and deadline_remaining < limits.min_long_polling:
+        raise BrokerError(definition_pb2.ILLEGAL_POLLING_TIME,
+                          f"the call's deadline leaves {deadline_remaining.total_seconds()} s, less than the "
+                          f"minimum long polling time {limits.min_long_polling.total_seconds()} s")

@@ -106,10 +106,13 @@ async def ensure_topic(servers: list[str] | str, topic: str) -> None:
 # --------------------------------------------------------------------- send
 
 async def bench_send(servers: list[str] | str, topic: str, size: int, inflight: int, batch: int,
-                     duration_s: float, coalesce: bool = True) -> SendBenchResult:
+                     duration_s: float, coalesce: bool = True,
+                     admin_servers: list[str] | str | None = None) -> SendBenchResult:
+    """`admin_servers`: where the topic is made, when `servers` are front
+    ends (which serve the messaging protocol only)."""
     if inflight < 1 or batch < 1 or duration_s <= 0:
         raise ValueError("need --inflight >= 1, --batch >= 1, --duration > 0")
-    await ensure_topic(servers, topic)
+    await ensure_topic(admin_servers or servers, topic)
     body = os.urandom(size) if size else b"."
     result = SendBenchResult(size, inflight, batch, coalesce)
     async with Producer(servers, [topic], coalesce=coalesce) as producer:

@@ -47,6 +47,7 @@ from broker.client import (AdminClient, ClientError, Message, NotFoundError, Off
 from broker.client.admin import MESSAGE_TYPES
 from cluster import groups_cli, ops_cli
 from cluster.cli_args import non_negative_int, positive_float, positive_int, servers_arg
+from dledger.config import PeerAddress, parse_peers
 from cluster.security_cli import add_client_security_arguments
 
 # Messages per send call for `send --count` (the producer batches them).
@@ -485,6 +486,11 @@ def add_node_broker_arguments(parser: argparse.ArgumentParser) -> None:
                                                                "(default DefaultCluster)")
     parser.add_argument("--register-interval", type=positive_float, metavar="SECONDS",
                         help="how often the group's leader registers with the name servers (default 30)")
+    parser.add_argument("--front-ends", type=front_ends_arg, metavar="ID=HOST:PORT[,...]",
+                        help="every node's front end (a client port that never belongs to the leader: routes "
+                             "point clients there, so a leader that dies or stalls cuts no client connection)")
+    parser.add_argument("--front-end-listen-address", metavar="HOST:PORT",
+                        help="where this node's front end binds (default: its --front-ends address)")
 
 
 def broker_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -495,5 +501,16 @@ def broker_settings(args: argparse.Namespace) -> dict[str, Any]:
     settings = {field: getattr(args, dest) for dest, field in flags.items() if getattr(args, dest, None) is not None}
     if getattr(args, "namesrv_addrs", None):
         settings["namesrv_addrs"] = tuple(args.namesrv_addrs)
+    if getattr(args, "front_ends", None):
+        settings["front_ends"] = tuple(args.front_ends)
+    if getattr(args, "front_end_listen_address", None):
+        settings["front_end_listen_address"] = args.front_end_listen_address
     return settings
+
+
+def front_ends_arg(text: str) -> list[PeerAddress]:
+    try:
+        return parse_peers(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 

@@ -4,7 +4,7 @@ Tools outside this project depend on these command forms and on the JSON
 they print (issue 2), so both stay exactly as documented:
 
     dledger node --id ID --peers ID=HOST:PORT,... --data-dir DIR [--metrics-port P]
-    dledger cluster up [--nodes 3] [--data-dir ./data] [--base-port 20911] [--secure] [--groups 1]
+    dledger cluster up [--nodes 3] [--data-dir ./data] [--base-port 20911] [--secure] [--groups 1] [--no-front-ends]
     dledger nameserver --listen HOST:PORT [--metrics-port P] [--expiry 120] [--scan-interval 10]
                        [--tls-cert-file F --tls-key-file F --peer-tls-ca-file F --peer-listen HOST:PORT]
                        [--auth-enabled true --auth-super-secret-file F]
@@ -230,13 +230,14 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
     try:
         if args.groups > 1:
-            plan_groups(args.groups, args.nodes, args.data_dir, args.base_port, secure=args.secure)
+            plan_groups(args.groups, args.nodes, args.data_dir, args.base_port, secure=args.secure,
+                        front_ends=args.front_ends)
         else:
-            plan_nodes(args.nodes, args.data_dir, args.base_port, secure=args.secure)
+            plan_nodes(args.nodes, args.data_dir, args.base_port, secure=args.secure, front_ends=args.front_ends)
     except ValueError as error:
         return fail("cluster up", str(error), code=2)
     return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group, secure=args.secure,
-                                  groups=args.groups))
+                                  groups=args.groups, front_ends=args.front_ends))
 
 
 def cmd_nameserver(args: argparse.Namespace) -> int:
@@ -315,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--groups", type=positive_int, default=1,
                     help="broker groups g0..g<G-1> behind a name server on BASE+90 (metrics BASE+190); node i of "
                          "group g is g<g>n<i> on BASE+10g+i (metrics BASE+100+10g+i)")
+    up.add_argument("--front-ends", action=argparse.BooleanOptionalAction, default=True,
+                    help="front ends on BASE+300+i (BASE+300+10g+i with groups), open on every node but the "
+                         "leader: routes send RocketMQ clients there, so a leader that dies or stalls cuts no "
+                         "client connection (default on)")
     up.set_defaults(run=cmd_cluster_up)
 
     _add_nameserver_parser(commands)

@@ -227,8 +227,16 @@ def build_broker_settings(table: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"unknown broker setting {unknown[0]!r} (settings are BrokerConfig field names)")
-    return {name: convert_namesrv_addrs(f"{BROKER_TABLE}.{name}", value) if name == "namesrv_addrs"
-            else convert(f"{BROKER_TABLE}.{name}", value, hints[name]) for name, value in table.items()}
+    return {name: convert_broker_setting(name, value, hints[name]) for name, value in table.items()}
+
+
+def convert_broker_setting(name: str, value: Any, hint: Any) -> Any:
+    key = f"{BROKER_TABLE}.{name}"
+    if name == "namesrv_addrs":
+        return convert_namesrv_addrs(key, value)
+    if name == "front_ends":
+        return tuple(convert_peers(value, key))
+    return convert(key, value, hint)
 
 
 def convert_namesrv_addrs(name: str, value: Any) -> tuple[str, ...]:

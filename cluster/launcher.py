@@ -11,6 +11,12 @@ restart it with `dledger node` on the same data dir: the launcher reports a
 node that dies and never restarts it. Ctrl-C or SIGTERM stops them all:
 SIGTERM to each, then SIGKILL to any still running after a timeout.
 
+With front ends (the default; `--no-front-ends` to go without) node i also
+serves the messaging protocol on base-port+300+i (group g's node i on
+base-port+300+10g+i) while it does not lead: routes point RocketMQ clients
+there, so a leader that dies or stalls cuts none of their connections
+(broker/config.py, cluster/front_end.py).
+
 With `--secure` (cluster/secure_setup.py) the launcher first makes a CA,
 node certificates and the super user `admin`'s secret under
 `<data-dir>/secure/` (kept for the next start), then runs every node with
@@ -34,6 +40,7 @@ from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError
 
 METRICS_PORT_OFFSET = 100
+FRONT_END_PORT_OFFSET = 300
 NAMESRV_PORT_OFFSET = 90
 GROUP_PORT_STRIDE = 10
 # How long the nodes get to stop cleanly before SIGKILL.
@@ -51,6 +58,11 @@ class NodeSpec:
     data_dir: str
     peer_port: int = 0   # with --secure: the members-only mutual-TLS port
     group: str = ""      # empty: the --group of `cluster up`
+    front_end_port: int = 0   # 0: no front end
+
+    @property
+    def front_end(self) -> str:
+        return f"{self.host}:{self.front_end_port}" if self.front_end_port else ""
 
     @property
     def peer_address(self) -> str:
@@ -62,22 +74,25 @@ class NodeSpec:
 
 
 def plan_nodes(count: int, data_dir: str, base_port: int, host: str = "127.0.0.1",
-               secure: bool = False) -> list[NodeSpec]:
+               secure: bool = False, front_ends: bool = False) -> list[NodeSpec]:
     if count < 1:
         raise ValueError("--nodes must be at least 1")
     if count > METRICS_PORT_OFFSET:
         # More would put node 100's gRPC port on node 0's metrics port.
         raise ValueError(f"--nodes must be at most {METRICS_PORT_OFFSET}")
-    highest = base_port + (PEER_PORT_OFFSET if secure else METRICS_PORT_OFFSET) + count - 1
+    top = FRONT_END_PORT_OFFSET if front_ends else PEER_PORT_OFFSET if secure else METRICS_PORT_OFFSET
+    highest = base_port + top + count - 1
     if not (0 < base_port and highest < 65536):
         raise ValueError(f"--base-port {base_port}: the ports would leave 1..65535")
     return [NodeSpec(f"n{i}", host, base_port + i, base_port + METRICS_PORT_OFFSET + i,
-                     str(Path(data_dir) / f"n{i}"), base_port + PEER_PORT_OFFSET + i if secure else 0)
+                     str(Path(data_dir) / f"n{i}"), base_port + PEER_PORT_OFFSET + i if secure else 0,
+                     front_end_port=base_port + FRONT_END_PORT_OFFSET + i if front_ends else 0)
             for i in range(count)]
 
 
 def plan_groups(groups: int, count: int, data_dir: str, base_port: int,
-                host: str = "127.0.0.1", secure: bool = False) -> tuple[list[NodeSpec], NodeSpec]:
+                host: str = "127.0.0.1", secure: bool = False,
+                front_ends: bool = False) -> tuple[list[NodeSpec], NodeSpec]:
     """The nodes of `groups` broker groups and their name server (its
     NodeSpec's port and metrics port, and with `secure` its members' port;
     no data)."""
@@ -85,7 +100,8 @@ def plan_groups(groups: int, count: int, data_dir: str, base_port: int,
         raise ValueError(f"--groups must be 1..{NAMESRV_PORT_OFFSET // GROUP_PORT_STRIDE}")
     if not 1 <= count <= GROUP_PORT_STRIDE:
         raise ValueError(f"--nodes must be 1..{GROUP_PORT_STRIDE} with several groups")
-    highest = base_port + (PEER_PORT_OFFSET if secure else METRICS_PORT_OFFSET) + NAMESRV_PORT_OFFSET
+    top = FRONT_END_PORT_OFFSET if front_ends else PEER_PORT_OFFSET if secure else METRICS_PORT_OFFSET
+    highest = base_port + top + NAMESRV_PORT_OFFSET
     if not (0 < base_port and highest < 65536):
         raise ValueError(f"--base-port {base_port}: the ports would leave 1..65535")
     peer = PEER_PORT_OFFSET if secure else None
@@ -95,7 +111,9 @@ def plan_groups(groups: int, count: int, data_dir: str, base_port: int,
 
     nodes = [NodeSpec(f"g{g}n{i}", host, base_port + GROUP_PORT_STRIDE * g + i,
                       base_port + METRICS_PORT_OFFSET + GROUP_PORT_STRIDE * g + i,
-                      str(Path(data_dir) / f"g{g}n{i}"), peer_port(GROUP_PORT_STRIDE * g + i), group=f"g{g}")
+                      str(Path(data_dir) / f"g{g}n{i}"), peer_port(GROUP_PORT_STRIDE * g + i), group=f"g{g}",
+                      front_end_port=base_port + FRONT_END_PORT_OFFSET + GROUP_PORT_STRIDE * g + i
+                      if front_ends else 0)
              for g in range(groups) for i in range(count)]
     namesrv = NodeSpec("namesrv", host, base_port + NAMESRV_PORT_OFFSET,
                        base_port + METRICS_PORT_OFFSET + NAMESRV_PORT_OFFSET, "", peer_port(NAMESRV_PORT_OFFSET))
@@ -116,6 +134,8 @@ def node_command(node: NodeSpec, nodes: list[NodeSpec], group: str, secure: Secu
     if namesrv is not None:
         # Secured: the name server's members' port (mutual TLS).
         command += ["--namesrv-addrs", namesrv.peer_address]
+    if node.front_end:
+        command += ["--front-ends", ",".join(f"{n.id}={n.front_end}" for n in members)]
     if secure is not None:
         command += ["--advertised-addresses", ",".join(f"{n.id}={n.address}" for n in members),
                     *secure.node_args(node.id)]
@@ -188,9 +208,12 @@ class Launcher:
                 *node_command(node, self.nodes, self.group, self.secure, self.namesrv), env=env,
                 stdin=asyncio.subprocess.DEVNULL)
             self.processes[node.id] = process
+            front_end = f" front-end={node.front_end}" if node.front_end else ""
             say(f"{node.id} grpc={node.address} metrics=http://{node.host}:{node.metrics_port}/metrics "
-                f"data={node.data_dir} pid={process.pid}")
+                f"data={node.data_dir} pid={process.pid}{front_end}")
         say(f"servers {','.join(n.address for n in self.nodes)}")
+        if any(n.front_end for n in self.nodes):
+            say(f"front ends {','.join(n.front_end for n in self.nodes)}")
         if self.secure is not None:
             say(f"secure: TLS CA {self.secure.ca_file}, user admin, secret {self.secure.admin_secret_file} "
                 f"(dledger ... --user admin --secret-file {self.secure.admin_secret_file} "
@@ -278,12 +301,12 @@ def _signal(process: asyncio.subprocess.Process, signum: int) -> None:
 
 
 async def cluster_up(count: int, data_dir: str, base_port: int, group: str = "default",
-                     secure: bool = False, groups: int = 1) -> int:
+                     secure: bool = False, groups: int = 1, front_ends: bool = False) -> int:
     namesrv = None
     if groups > 1:
-        nodes, namesrv = plan_groups(groups, count, data_dir, base_port, secure=secure)
+        nodes, namesrv = plan_groups(groups, count, data_dir, base_port, secure=secure, front_ends=front_ends)
     else:
-        nodes = plan_nodes(count, data_dir, base_port, secure=secure)
+        nodes = plan_nodes(count, data_dir, base_port, secure=secure, front_ends=front_ends)
     setup = None
     if secure:
         group_names = list(dict.fromkeys(n.group for n in nodes))

@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -25,6 +25,7 @@ from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.service import MessagingServicer
 from cluster.console.backend import Target
+from cluster.front_end import FrontEnd
 from cluster.metrics import NodeMetrics
 from dledger.tasks import set_crash_handler
 from dledger.config import DLedgerConfig
@@ -92,6 +93,8 @@ class Node:
         self.grpc_server: grpc.aio.Server | None = None
         # With mutual TLS: the members-only port (the peer address).
         self.peer_server: grpc.aio.Server | None = None
+        # With front ends (BrokerConfig.front_ends): this node's, open while it does not lead.
+        self.front_end: FrontEnd | None = None
         self.tls = tls.PLAINTEXT
         self._auth_interceptor: _LateAuthInterceptor | None = None
         self.guard: AccessGuard | None = None
@@ -147,6 +150,7 @@ class Node:
             add_auth_service(guard, self.store, self.broker.forwarder, server)
         for server in self._servers:
             await server.start()
+        await self._start_front_end(broker_settings)
         if config.metrics_address:
             self._serve_metrics(config.metrics_address)
         for service in HEALTH_SERVICES:
@@ -184,6 +188,34 @@ class Node:
             self._bind(self.grpc_server, config.client_bind_address)
         else:
             self._bind(self.grpc_server, config.bind_address)
+
+    async def _start_front_end(self, settings: BrokerConfig) -> None:
+        address = settings.front_end_of(self.config.self_id)
+        if not address:
+            if settings.front_ends:
+                raise NodeStartError(f"--front-ends names no front end for {self.config.self_id}: give every "
+                                     "node's (clients are routed to all of them)")
+            return
+        bind = settings.front_end_listen_address or address
+        broker = self.broker
+        assert broker is not None and self.server is not None
+
+        def build(draining: Callable[[], bool]) -> grpc.aio.Server:
+            # Interceptors of its own: they cache each method's wrapped
+            # handler, which names one server's servicer (shared with the
+            # client port, that port would serve this front end's servicer).
+            interceptors: list[grpc.aio.ServerInterceptor] = [NamespaceInterceptor()]
+            if self.guard is not None and self.guard.settings.enabled:
+                interceptors.append(AuthInterceptor(self.guard))
+            server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors)
+            messaging_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(broker, draining), server)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+            self._bind(server, bind)
+            return server
+
+        self.front_end = FrontEnd(address, self.server, build, settings.front_end_drain_s,
+                                  broker.consumer.polling.wake_all)
+        await self.front_end.start()
 
     def _auth_settings(self) -> AuthSettings:
         config = self.config
@@ -226,6 +258,8 @@ class Node:
         self._stopped = True
         log.info("node stopping")
         await self.health.enter_graceful_shutdown()
+        if self.front_end is not None:
+            await self.front_end.stop(self.grace_s)
         await asyncio.gather(*(server.stop(self.grace_s) for server in self._servers))
         if self.broker is not None:
             await self.broker.stop()

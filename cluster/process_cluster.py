@@ -47,7 +47,8 @@ DEFAULT_NODE_FILES = ["--data-file-size", str(DLedgerConfig.data_file_size),
 
 class ProcessCluster:
     def __init__(self, base: Path, size: int = 3, extra_args: list[str] | None = None,
-                 log_dir: Path | None = None, tls_dir: Path | None = None, id_prefix: str = "n") -> None:
+                 log_dir: Path | None = None, tls_dir: Path | None = None, id_prefix: str = "n",
+                 front_ends: bool = False) -> None:
         # Broker groups side by side name their nodes g<g>n<i> (id_prefix "g0n").
         self.ids = [f"{id_prefix}{i}" for i in range(size)]
         # With `tls_dir` (made by cluster.certs.create for these ids): mutual
@@ -58,6 +59,9 @@ class ProcessCluster:
         self.addresses = {n: f"127.0.0.1:{p}" for n, p in zip(self.ids, ports)}
         self.peer_addresses = {n: f"127.0.0.1:{p}" for n, p in zip(self.ids, ports[size:])} if tls_dir \
             else self.addresses
+        # With `front_ends`: every node's front end (broker/config.py), which
+        # the routes then give clients.
+        self.front_ends = {n: f"127.0.0.1:{p}" for n, p in zip(self.ids, free_ports(size))} if front_ends else {}
         self.base = base
         self.log_dir = log_dir or base
         # Node files sized for tests and tools: the default 1 GiB data segments
@@ -106,6 +110,8 @@ class ProcessCluster:
             routing = [] if self.routes is None and self.tls_dir is None \
                 else ["--advertised-addresses", self.advertised]
             routing += self.tls_args(node_id)
+            if self.front_ends:
+                routing += ["--front-ends", ",".join(f"{n}={a}" for n, a in self.front_ends.items())]
             if node_id in self.joining:
                 routing.append("--join")
             log = open(self.log_dir / f"{node_id}.log", "ab")

@@ -31,6 +31,11 @@ class ClientConfig:
     heartbeat_interval_s: float = 10.0
     # How long a leader discovery waits for each node's Metadata answer.
     probe_timeout_s: float = 1.0
+    # A call to the leader unanswered this long (a long poll: twice this)
+    # makes the client ask the other nodes whether the leader moved, and try
+    # it again at the new one if so (broker/client/watchdog.py): a paused
+    # leader then costs about an election, not the call's timeout. 0: never.
+    leader_check_after_s: float = 0.5
     # Retry backoff: jittered, from this, doubling to the max.
     retry_initial_s: float = 0.02
     retry_max_s: float = 0.5

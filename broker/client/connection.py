@@ -8,6 +8,14 @@ suggests it moved. When no leader can be named (an election is running) it
 asks any reachable node, which waits for the new leader or answers
 HA_NOT_AVAILABLE.
 
+Given front ends instead (broker/config.py: ports that serve the messaging
+protocol only, never on the leader), the client cannot and need not find the
+leader: a server that answers Metadata with UNIMPLEMENTED is a front end,
+and the client sends everything to the first that answers, moving to the
+next only when that one fails. The front end holds calls through leader
+changes, so a leader that dies or stalls costs such a client latency, not a
+retry; the price is the extra hop (docs/broker.md has the figures).
+
 Retries use tenacity: short jittered waits, one overall deadline per call,
 only for retriable failures (ClientError.retriable: unreachable, no quorum,
 outcome unknown). A retried send carries the same message ids, which the
@@ -33,7 +41,8 @@ import grpc
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from broker.client.config import ClientConfig
-from broker.client.errors import ClientError, UnavailableError, transport_error
+from broker.client.errors import ClientError, RequestTimeoutError, UnavailableError, transport_error
+from broker.client.watchdog import LeaderWatchdog
 from dledger.rpc.channel import channel_options
 from dledger.rpc.credentials import ClientSecurity
 from rpcgen import dledger_pb2, dledger_pb2_grpc
@@ -47,6 +56,8 @@ CLIENT_VERSION = "0.1.0"
 MAX_MESSAGE_BYTES = 256 << 20
 CHANNEL_OPTIONS = channel_options(MAX_MESSAGE_BYTES, max_reconnect_backoff_ms=1000)
 _client_index = itertools.count()
+# A probe's answer from a front end: reachable, but it names no leader.
+FRONT_END = object()
 
 R = TypeVar("R")
 Attempt = Callable[[str], Awaitable[R]]
@@ -89,6 +100,8 @@ class Connection:
         self._messaging: dict[str, service_pb2_grpc.MessagingServiceStub] = {}
         self._leader: str | None = None
         self._discovery: asyncio.Task[str] | None = None
+        self.watchdog = LeaderWatchdog(self._probe_quietly, lambda: list(self.servers), config.leader_check_after_s)
+        self.watchdog.on_moved = self._moved
         headers = [("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"),
                    ("x-mq-protocol", "v2"), ("x-mq-client-version", CLIENT_VERSION)]
         if config.namespace:
@@ -129,6 +142,7 @@ class Connection:
         self.closed = True
         if self._discovery is not None:
             self._discovery.cancel()
+        await self.watchdog.close()
         channels, self._channels, self._messaging = list(self._channels.values()), {}, {}
         await asyncio.gather(*(c.close() for c in channels), return_exceptions=True)
 
@@ -149,6 +163,12 @@ class Connection:
     def forget(self, address: str) -> None:
         if self._leader == address:
             self._leader = None
+            self.watchdog.leader = None
+
+    def _moved(self, address: str, term: int) -> None:
+        """The watchdog heard of a new leader."""
+        self._leader = address
+        self.watchdog.leader, self.watchdog.term = address, term
 
     async def refresh_leader(self) -> str:
         self._leader = None
@@ -159,8 +179,9 @@ class Connection:
         answers = await asyncio.gather(*(self._probe(a) for a in servers))
         best: tuple[int, int, str] | None = None  # (term, says it leads, address)
         reachable = []
+        front_ends = [address for address, answer in zip(servers, answers) if answer is FRONT_END]
         for address, answer in zip(servers, answers):
-            if answer is None:
+            if not isinstance(answer, dledger_pb2.MetadataResponse):
                 continue
             reachable.append(address)
             self._learn(peer.address for peer in answer.peers)
@@ -174,12 +195,19 @@ class Connection:
                 best = candidate
         if best is not None:
             self._leader = best[2]
+            self.watchdog.leader, self.watchdog.term = best[2], best[0]
             return best[2]
+        if front_ends:
+            # Kept like a leader: every call goes there until it fails (the
+            # front end, not the watchdog, follows the leader).
+            self._leader = front_ends[0]
+            return front_ends[0]
         if reachable:
             return reachable[0]  # no leader yet: a node that waits for one
         raise UnavailableError(pb.HA_NOT_AVAILABLE, f"no node reachable among {','.join(servers)}")
 
-    async def _probe(self, address: str) -> dledger_pb2.MetadataResponse | None:
+    async def _probe(self, address: str) -> dledger_pb2.MetadataResponse | object | None:
+        """The node's Metadata; FRONT_END for a front end; None if unreachable."""
         stub = dledger_pb2_grpc.DLedgerServiceStub(self.channel(address))
         try:
             answer = await stub.Metadata(dledger_pb2.MetadataRequest(header=dledger_pb2.Header()),
@@ -188,8 +216,16 @@ class Connection:
             if error.code() == grpc.StatusCode.UNAUTHENTICATED:
                 # Reachable but refused: retrying will not help; say why.
                 raise ClientError(pb.UNAUTHORIZED, f"{address}: {error.details()}") from None
+            if error.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return FRONT_END
             return None
         return answer if answer.header.code == 200 else None
+
+    async def _probe_quietly(self, address: str) -> object:
+        try:
+            return await self._probe(address)
+        except ClientError:
+            return None
 
     def _learn(self, addresses: Any) -> None:
         for address in addresses:
@@ -197,23 +233,33 @@ class Connection:
                 self.servers.append(address)
 
     # -------------------------------------------------------------- retries
-    async def call(self, what: str, attempt: Attempt[R], retry: Callable[[ClientError], bool] | None = None) -> R:
+    async def call(self, what: str, attempt: Attempt[R], retry: Callable[[ClientError], bool] | None = None,
+                   long_poll: bool = False) -> R:
         """Run `attempt(address)` against the leader, retrying retriable
-        failures (or those `retry` accepts) until the deadline."""
+        failures (or those `retry` accepts) until the deadline. `long_poll`:
+        the attempt may wait for its answer by design (a receive)."""
         should_retry = retry or (lambda error: error.retriable)
         try:
-            return await self._attempt(what, attempt)  # the common case, without a retry state
+            return await self._attempt(what, attempt, long_poll)  # the common case, without a retry state
         except ClientError as error:
             if self.closed or not should_retry(error):
                 raise
             log.debug("%s: %s; retrying", what, error)
             self.retries += 1
-        return await self.retrying(should_retry)(self._attempt, what, attempt)
+        return await self.retrying(should_retry)(self._attempt, what, attempt, long_poll)
 
-    async def _attempt(self, what: str, attempt: Attempt[R]) -> R:
+    async def _attempt(self, what: str, attempt: Attempt[R], long_poll: bool = False) -> R:
         address = await self.leader()
         try:
-            return await attempt(address)
+            with self.watchdog.watch(address, long_poll) as watch:
+                try:
+                    return await attempt(address)
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if not watch.given_up or task is None or task.uncancel() > 0:
+                        raise
+                    raise RequestTimeoutError(pb.REQUEST_TIMEOUT, f"{what}: the leader moved away from {address} "
+                                                                  "before it answered; trying again") from None
         except grpc.aio.AioRpcError as error:
             self.forget(address)
             raise transport_error(error, address, what) from None

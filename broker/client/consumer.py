@@ -153,7 +153,7 @@ class SimpleConsumer(BaseClient):
         if not several_groups:
             return await self.connection.call(f"receive from {topic!r}",
                                               lambda address: self._receive_once(self.connection, address, request,
-                                                                                 polling))
+                                                                                 polling), long_poll=True)
         # Several groups: one attempt; a group that fails is left alone for
         # its back-off window and this receive comes back empty (the next one
         # goes to another group's queue) rather than waiting out the deadline
@@ -162,7 +162,8 @@ class SimpleConsumer(BaseClient):
             connection = await self._connection_for(queue, several_groups)
             received = await connection.call(f"receive from {topic!r}",
                                              lambda address: self._receive_once(connection, address, request,
-                                                                                polling), lambda error: False)
+                                                                                polling), lambda error: False,
+                                             long_poll=True)
         except ClientError as error:
             if not error.retriable:
                 raise

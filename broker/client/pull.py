@@ -91,7 +91,8 @@ class PullConsumer(BaseClient):
             filter_expression=pb.FilterExpression(type=pb.TAG, expression=expression),
             long_polling_timeout=duration(await_duration_s))
         return await self.connection.call(f"pull {topic}/{queue_id}@{offset}",
-                                          lambda address: self._pull_once(address, request, offset, await_duration_s))
+                                          lambda address: self._pull_once(address, request, offset, await_duration_s),
+                                          long_poll=await_duration_s > 0)
 
     async def _pull_once(self, address: str, request: spb.PullMessageRequest, offset: int,
                          await_duration_s: float) -> PullResult:

@@ -82,8 +82,11 @@ class ReceiveService:
 
     # ------------------------------------------------------------ requests
     def params(self, request: spb.ReceiveMessageRequest, time_remaining: float | None,
-               request_timeout: timedelta) -> ReceiveParams:
-        """Check a request; BrokerError with the protocol's code when it is bad."""
+               request_timeout: timedelta, held: bool = False) -> ReceiveParams:
+        """Check a request; BrokerError with the protocol's code when it is bad.
+        `held`: its deadline was checked where it entered the cluster
+        (validation.check_polling_deadline) and it was held or forwarded
+        since: a deadline now under the minimum long poll shortens the poll."""
         group = request.group.name
         validation.validate_consumer_group(group)
         topic = request.message_queue.topic.name
@@ -101,15 +104,17 @@ class ReceiveService:
                                                          "consumer must choose one")
         remaining = timedelta(seconds=time_remaining) if time_remaining is not None else None
         requested = request.long_polling_timeout.ToTimedelta() if request.HasField("long_polling_timeout") else None
-        polling = validation.effective_long_polling_timeout(requested, remaining, request_timeout)
+        polling = validation.effective_long_polling_timeout(requested, remaining, request_timeout, held=held)
         if remaining is not None:
             # Answer before the client's deadline, with room for the answer to travel.
             polling = max(timedelta(0), min(polling, remaining - self.config.deadline_margin))
         return ReceiveParams(group, topic, request.message_queue.id, request.batch_size, invisible, polling,
                              tag_filter, request.attempt_id if request.HasField("attempt_id") else None)
 
-    async def receive(self, params: ReceiveParams) -> list[pb.Message]:
-        """Messages for the group, waiting up to the polling time for some."""
+    async def receive(self, params: ReceiveParams, stop_waiting: Callable[[], bool] | None = None
+                      ) -> list[pb.Message]:
+        """Messages for the group, waiting up to the polling time for some
+        (or until `stop_waiting()` says so, checked whenever it wakes)."""
         config = self.topics.get(params.topic)
         if config is None:
             raise BrokerError(pb.TOPIC_NOT_FOUND, f"topic {params.topic!r} does not exist")
@@ -131,7 +136,7 @@ class ReceiveService:
                     self.received += len(messages)
                     return messages
                 remaining = give_up - loop.time()
-                if remaining <= 0:
+                if remaining <= 0 or (stop_waiting is not None and stop_waiting()):
                     return []
                 await waiter.wait(min(remaining, self._until_next_deadline(params),
                                       self.config.leader_check_interval_s))

@@ -48,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="clients without a producer id: an append with an unknown outcome is not retried")
     parser.add_argument("--no-official", action="store_true",
                         help="broker workload: leave out the official RocketMQ 5 Python client's share")
+    parser.add_argument("--no-front-ends", action="store_true",
+                        help="broker workload: no front ends (routes then list every node's own port)")
     parser.add_argument("--keep-data", action="store_true", help="keep the nodes' data dirs after a valid run")
     parser.add_argument("--secure", action="store_true",
                         help="run the cluster as `cluster up --secure` does: TLS, mutual TLS between peers (through "
@@ -90,7 +92,8 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         seed=args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31),
         workload=args.workload, node_args=tuple(node_args),
         workload_config=workload_config,
-        schedule=ScheduleConfig(min_pause_s=2 * election_max), keep_data=args.keep_data, secure=args.secure)
+        schedule=ScheduleConfig(min_pause_s=2 * election_max), keep_data=args.keep_data, secure=args.secure,
+        front_ends=not args.no_front_ends)
 
 
 def run(args: argparse.Namespace) -> int:

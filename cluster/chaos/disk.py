@@ -17,7 +17,6 @@ log identical to the others'.
 """
 from __future__ import annotations
 
-import os
 import random
 import re
 import shutil
@@ -179,4 +178,3 @@ def _vote_within_rule(note: str) -> bool:
         return False    # "repair floor None": it had no floor and granted anyway
     cand_term, cand_index, floor_term, floor_index = map(int, match.groups())
     return (cand_term, cand_index) >= (floor_term, floor_index)
-    return summary

@@ -85,6 +85,9 @@ class ChaosOptions:
     keep_data: bool = False
     # TLS, mutual TLS between peers, authentication and ACLs (module docstring).
     secure: bool = False
+    # The broker workload's nodes get front ends (broker/config.py): routes
+    # then send the official client to ports no leader holds.
+    front_ends: bool = True
 
 
 @dataclass
@@ -149,8 +152,9 @@ ADMIN_USER = "admin"
 def _make_cluster(options: ChaosOptions, data_dir: Path) -> ProcessCluster:
     out = options.out_dir
     args = [*STORAGE_ARGS, *options.node_args]
+    front_ends = options.front_ends and options.workload == "broker"
     if not options.secure:
-        return ProcessCluster(data_dir, options.nodes, args, log_dir=out / "nodes")
+        return ProcessCluster(data_dir, options.nodes, args, log_dir=out / "nodes", front_ends=front_ends)
     from cluster import certs
     pki = out / "pki"
     shutil.rmtree(pki, ignore_errors=True)
@@ -161,7 +165,7 @@ def _make_cluster(options: ChaosOptions, data_dir: Path) -> ProcessCluster:
         f.write(secrets.token_urlsafe(24) + "\n")
     cluster = ProcessCluster(data_dir, options.nodes, [*args, "--auth-enabled", "true", "--auth-super-user", ADMIN_USER,
                                                        "--auth-super-secret-file", str(secret_file)],
-                             log_dir=out / "nodes", tls_dir=pki)
+                             log_dir=out / "nodes", tls_dir=pki, front_ends=front_ends)
     # The client addresses are known once the cluster has its ports: the
     # official client verifies them as one name.
     certs.create(pki, cluster.ids, endpoints=list(cluster.addresses.values()))
@@ -433,6 +437,11 @@ def build_broker_summary(options: ChaosOptions, state: RunState, result: BrokerC
         "official_sends": tally(official),
         "calls": calls,
         "failed_client_calls": sum(c["fail"] + c["unknown"] for c in calls.values()),
+        # Of those, the official client's (its sends, receives and acks).
+        "official_failed_calls": {kind: sum(op.kind == kind and op.client.startswith("official")
+                                            and op.outcome in (Outcome.FAIL, Outcome.UNKNOWN)
+                                            for op in history.operations) for kind in ("send", "receive", "ack")},
+        "front_ends": options.front_ends,
         "deliveries": result.deliveries if result else None,
         "redeliveries": result.redeliveries if result else None,
         "dead_lettered": result.dead_lettered if result else None,

@@ -57,6 +57,8 @@ async def test_leader_kill_with_the_official_client(tmp_path: Path):
     assert summary["official_sends"]["ok"] > 10
     assert summary["official_sends"]["fail"] == summary["official_sends"]["unknown"] == 0
     assert summary["calls"]["send"]["fail"] == 0
+    # Routed to the front ends, the official client's connections outlive the kill.
+    assert summary["front_ends"] and summary["official_failed_calls"] == {"send": 0, "receive": 0, "ack": 0}
 
 
 async def test_a_secured_cluster_passes_the_leader_kill_run(tmp_path: Path):

@@ -40,10 +40,11 @@ def port_is_free(port: int) -> bool:
 
 
 def free_base_port(nodes: int) -> int:
-    """A base port whose gRPC and metrics ports (base+i, base+100+i) are free."""
+    """A base port whose gRPC, metrics and front-end ports (base+i, base+100+i,
+    base+300+i) are free."""
     for _ in range(200):
         base = random.randrange(30000, 60000)
-        ports = [base + i for i in range(nodes)] + [base + 100 + i for i in range(nodes)]
+        ports = [base + offset + i for offset in (0, 100, 300) for i in range(nodes)]
         if all(port_is_free(p) for p in ports):
             return base
     raise RuntimeError("no free port range found")

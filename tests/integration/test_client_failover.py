@@ -1,9 +1,12 @@
-"""broker.client across a leader SIGKILL: producers and a consumer keep going
-through the election (retries carry the same message ids and receipt
-handles), every acknowledged send is in the committed log exactly where its
-receipt says, no message is stored twice, and every one of them reaches the
-consumer; deliveries of messages the consumer had already acknowledged are
-counted (at-least-once allows them; the test prints how many)."""
+"""broker.client across a leader SIGKILL, then a paused leader: producers and
+a consumer keep going through the elections (retries carry the same message
+ids and receipt handles; no send and no receive fails), a send is
+acknowledged again about an election after the pause began (the client's
+watchdog moves calls off the stalled leader instead of waiting out their
+5 s timeout), every acknowledged send is in the committed log exactly where
+its receipt says, no message is stored twice, and every one of them reaches
+the consumer; deliveries of messages the consumer had already acknowledged
+are counted (at-least-once allows them; the test prints how many)."""
 from __future__ import annotations
 
 import asyncio
@@ -23,6 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 SENDERS = 8
 BEFORE_KILL_S = 1.5
 AFTER_KILL_S = 4.0
+PAUSE_S = 3.0
 DRAIN_S = 45.0
 
 
@@ -40,6 +44,8 @@ class Traffic:
     def __init__(self) -> None:
         self.acked_sends: dict[str, tuple[bytes, SendReceipt, float]] = {}
         self.send_failures: list[ClientError] = []
+        self.send_started: dict[str, float] = {}
+        self.receive_failures: list[ClientError] = []
         self.deliveries: Counter[str] = Counter()
         self.acked_by_consumer: set[str] = set()
         self.delivered_after_ack = 0
@@ -50,19 +56,22 @@ class Traffic:
         while self.sending:
             body = f"{worker}:{sequence}".encode()
             sequence += 1
+            started = time.monotonic()
             try:
                 receipt = await producer.send(Message("Failover", body))
             except ClientError as error:  # past the client's deadline: counted, not hidden
                 self.send_failures.append(error)
                 continue
             self.acked_sends[receipt.message_id] = (body, receipt, time.monotonic())
+            self.send_started[receipt.message_id] = started
 
     async def consume(self, consumer: SimpleConsumer, until: float) -> None:
         while time.monotonic() < until and (self.sending or not set(self.acked_sends) <= self.acked_by_consumer):
             try:
                 received = await consumer.receive(32, 10, await_duration_s=5)
-            except ClientError:
-                continue  # retried by the client until its deadline; try again
+            except ClientError as error:  # past the client's deadline: counted, not hidden
+                self.receive_failures.append(error)
+                continue
             for message in received:
                 self.deliveries[message.message_id] += 1
                 if message.message_id in self.acked_by_consumer:
@@ -89,9 +98,17 @@ async def test_producers_and_a_consumer_go_on_across_a_leader_sigkill(cluster):
         cluster.kill(leader)
         killed_at = time.monotonic()
         await asyncio.sleep(AFTER_KILL_S)
+        cluster.start(leader)
+        await asyncio.sleep(2.0)      # it catches up: a majority again once the next leader stalls
+        paused = await leader_of(cluster)
+        cluster.pause(paused)
+        paused_at = time.monotonic()
+        await asyncio.sleep(PAUSE_S)
+        cluster.resume(paused)
         traffic.sending = False
         await asyncio.gather(*senders)
         retried = producer.connection.retries
+        moves = producer.connection.watchdog.moves
         drain_until = time.monotonic() + DRAIN_S
         while not consuming.done() and time.monotonic() < drain_until:
             await asyncio.sleep(0.2)
@@ -103,7 +120,14 @@ async def test_producers_and_a_consumer_go_on_across_a_leader_sigkill(cluster):
           f"{traffic.delivered_after_ack} after the consumer had acked them")
     assert retried > 0, "no send was retried: the kill did not hit a send in flight"
     assert not traffic.send_failures, traffic.send_failures[:3]
+    assert not traffic.receive_failures, traffic.receive_failures[:3]
     assert sum(1 for _, _, at in acked.values() if at > killed_at + 1.0) > 0, "no send succeeded after the kill"
+    # Each sender waits for its send: one invoked after the pause began is
+    # acknowledged once the stalled ones were moved to the new leader.
+    after_pause = min(at for mid, (_, _, at) in acked.items() if traffic.send_started[mid] >= paused_at) - paused_at
+    print(f"first send acknowledged {after_pause:.2f} s after the pause; the watchdog moved calls {moves} time(s)")
+    # Without the watchdog a send waits out its 5 s attempt on the stalled leader.
+    assert moves > 0 and after_pause < 3.0
     stored = await stored_messages(cluster, "Failover")
     counts = Counter(m.message_id for m in stored)
     assert [mid for mid, n in counts.items() if n > 1] == [], "a message was stored twice"

@@ -25,7 +25,7 @@ def free_group_base_port() -> int:
     import random
     for _ in range(200):
         base = random.randrange(30000, 60000)
-        ports = [base, base + 10, base + 90, base + 100, base + 110, base + 190]
+        ports = [base, base + 10, base + 90, base + 100, base + 110, base + 190, base + 300, base + 310]
         if all(port_is_free(p) for p in ports):
             return base
     raise RuntimeError("no free port range found")

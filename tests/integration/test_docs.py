@@ -36,14 +36,15 @@ def runnable_blocks() -> list[tuple[str, int, str]]:
 
 
 def free_base_port() -> int:
-    """A base port P with P..P+2 and P+100..P+102 free (as `cluster up` uses them)."""
+    """A base port P with P..P+2, P+100..P+102 and P+300..P+302 free (as
+    `cluster up` uses them)."""
     for _ in range(50):
         base = free_ports(1)[0]
-        if base + 102 > 65000:
+        if base + 302 > 65000:
             continue
         try:
             import socket
-            for port in (*range(base, base + 3), *range(base + 100, base + 103)):
+            for port in (*range(base, base + 3), *range(base + 100, base + 103), *range(base + 300, base + 303)):
                 with socket.socket() as s:
                     s.bind(("127.0.0.1", port))
             return base

@@ -280,6 +280,15 @@ def test_long_polling_time_is_clamped_to_5_to_20_seconds_and_the_deadline(reques
 
 def test_long_polling_is_illegal_when_the_deadline_leaves_less_than_the_minimum():
     refused(pb.ILLEGAL_POLLING_TIME, v.effective_long_polling_timeout, 20 * S, 4 * S, REQUEST_TIMEOUT)
+    refused(pb.ILLEGAL_POLLING_TIME, v.check_polling_deadline, 4 * S)
+    v.check_polling_deadline(5 * S)
+    v.check_polling_deadline(None)
+
+
+def test_a_receive_held_through_a_leader_change_polls_what_is_left_rather_than_failing():
+    # Its deadline was judged where it arrived; the election used up the rest.
+    assert v.effective_long_polling_timeout(5 * S, 4 * S, REQUEST_TIMEOUT, held=True) == 4 * S
+    assert v.effective_long_polling_timeout(5 * S, -1 * S, REQUEST_TIMEOUT, held=True) == 0 * S
 
 
 # ------------------------------------------------------ filter expressions
