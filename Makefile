@@ -20,7 +20,7 @@ run: $(STAMP)
 	$(VENV)/bin/dledger cluster up --nodes 3 --data-dir ./data --base-port 20911
 
 test: $(STAMP) check-proto browser-deps
-	$(PY) -m pytest -q -rs -n 2 --dist loadgroup
+	$(PY) -m pytest -q -rs -n 2
 
 # The web console's browser test drives Debian's chromium and chromium-driver
 # (a browser download at run time cannot work here). Installed where this runs
