@@ -311,6 +311,9 @@ async def cluster_up(count: int, data_dir: str, base_port: int, group: str = "de
     if secure:
         group_names = list(dict.fromkeys(n.group for n in nodes))
         ids = [n.id for n in nodes] + ([namesrv.id] if namesrv is not None else [])
-        setup = SecureSetup.prepare(Path(data_dir), ids,
-                                    [[n.address for n in nodes if n.group == g] for g in group_names])
+        # The official client verifies a route's whole address list as one
+        # name: each group's node ports, and its front ends when there are.
+        endpoint_lists = [[n.address for n in nodes if n.group == g] for g in group_names]
+        endpoint_lists += [[n.front_end for n in nodes if n.group == g] for g in group_names if front_ends]
+        setup = SecureSetup.prepare(Path(data_dir), ids, endpoint_lists)
     return await Launcher(nodes, group, setup, namesrv).run()

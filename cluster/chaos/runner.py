@@ -168,7 +168,8 @@ def _make_cluster(options: ChaosOptions, data_dir: Path) -> ProcessCluster:
                              log_dir=out / "nodes", tls_dir=pki, front_ends=front_ends)
     # The client addresses are known once the cluster has its ports: the
     # official client verifies them as one name.
-    certs.create(pki, cluster.ids, endpoints=list(cluster.addresses.values()))
+    certs.create(pki, cluster.ids, endpoints=list(cluster.addresses.values()),
+                 endpoint_groups=[list(cluster.front_ends.values())] if cluster.front_ends else None)
     return cluster
 
 
