@@ -53,11 +53,13 @@ import contextlib
 import gc
 import heapq
 import logging
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Callable, Iterator
 
+from store.captured_dict import DictCapture
 from store.config_manager import Capture, ConfigManager
 from store.packed_columns import pack_ints, pack_json, unpack_ints, unpack_json
 from store.system_entry import SystemKind
@@ -98,12 +100,16 @@ class Lease:
 class PopQueue:
     """One (group, topic, queue)'s pop state; see the module doc."""
 
-    __slots__ = ("pop_offset", "in_flight", "blocked", "_deadlines", "_expired", "_exhausted", "_max_attempts")
+    __slots__ = ("pop_offset", "in_flight", "blocked", "_deadlines", "_expired", "_exhausted", "_max_attempts",
+                 "_captures")
 
     def __init__(self, pop_offset: int) -> None:
         self.pop_offset = pop_offset
         self.in_flight: dict[int, Lease] = {}
         self.blocked: dict[int, str] = {}
+        # Captures begun and not yet copied (weak: a capture nobody will
+        # copy stops journalling once it is dropped); see begin_capture.
+        self._captures: tuple[weakref.ref[QueueCapture], ...] = ()
         # Derived, not replicated: a heap of (deadline, offset, lease) with
         # stale entries skipped lazily, and the leases found expired so far,
         # in the order found, split into those a receive may deliver again
@@ -130,6 +136,8 @@ class PopQueue:
 
     # -------------------------------------------------------------- changes
     def grant(self, offset: int, lease: Lease) -> None:
+        if self._captures:
+            self._before_change(offset)
         self.in_flight[offset] = lease
         self._expired.pop(offset, None)
         self._exhausted.pop(offset, None)
@@ -146,6 +154,7 @@ class PopQueue:
         one heapify instead of a push per lease, except in a worker thread,
         where one heapify of a million would hold the GIL (and so the event
         loop) for 50-200 ms, and a push per lease lets it run between them."""
+        self._captures = ()   # they hold the old dict, which nothing changes any more
         self.in_flight = in_flight
         self._expired, self._exhausted = {}, {}
         deadlines = [(lease.deadline_ms, offset, lease.lease) for offset, lease in in_flight.items()]
@@ -162,10 +171,44 @@ class PopQueue:
         lease = self.in_flight.get(offset)
         if lease is None or lease.lease != lease_id:
             return None
+        if self._captures:
+            self._before_change(offset)
         del self.in_flight[offset]
         self._expired.pop(offset, None)
         self._exhausted.pop(offset, None)
         return lease
+
+    def block(self, offset: int, message_group: str) -> None:
+        if self._captures:
+            self._before_change(offset, blocked=True)
+        self.blocked[offset] = message_group
+
+    def unblock(self, offset: int) -> str | None:
+        """Let a blocked offset go; its message group, or None if it was not blocked."""
+        if offset not in self.blocked:
+            return None
+        if self._captures:
+            self._before_change(offset, blocked=True)
+        return self.blocked.pop(offset)
+
+    # ------------------------------------------------------------ captures
+    def begin_capture(self) -> QueueCapture:
+        """The queue as of now, copied later (maybe in a worker thread) while
+        it goes on changing: O(1) here (store/captured_dict.py)."""
+        capture = QueueCapture(self.pop_offset, DictCapture(self.in_flight), DictCapture(self.blocked))
+        self._captures = tuple(ref for ref in self._captures if _live(ref)) + (weakref.ref(capture),)
+        return capture
+
+    def _before_change(self, offset: int, blocked: bool = False) -> None:
+        stale = False
+        for ref in self._captures:
+            capture = ref()
+            if capture is None or capture.in_flight.finished:
+                stale = True
+            else:
+                (capture.blocked if blocked else capture.in_flight).before_change(offset)
+        if stale:
+            self._captures = tuple(ref for ref in self._captures if _live(ref))
 
     # ------------------------------------------------------------- queries
     def expired(self, now_ms: int, max_attempts: int, first_retained: int = 0,
@@ -230,6 +273,26 @@ class PopQueue:
                 return deadline
             heapq.heappop(heap)
         return None
+
+
+@dataclass(slots=True, weakref_slot=True)
+class QueueCapture:
+    """One queue as of `begin_capture`: its frontier, and its leases and
+    blocked offsets to be copied (`read`, once, maybe in a worker thread)."""
+    pop_offset: int
+    in_flight: DictCapture[int, Lease]
+    blocked: DictCapture[int, str]
+
+    def read(self) -> tuple[int, dict[int, Lease], dict[int, str]]:
+        # The leases last: the queue stops journalling for this capture once
+        # they are copied (`_live`), so the blocked offsets must be done by then.
+        blocked = self.blocked.copy()
+        return self.pop_offset, self.in_flight.copy(), blocked
+
+
+def _live(ref: weakref.ref[QueueCapture]) -> bool:
+    capture = ref()
+    return capture is not None and not capture.in_flight.finished
 
 
 # ===================================================================== ops
@@ -575,7 +638,7 @@ class PopStateManager(ConfigManager):
                 queue.grant(offset, Lease(index, op.deadline_ms, 1, groups[i] if groups is not None else None))
                 granted.append((op.queue_id, offset))
             for offset, message_group in op.blocked:
-                queue.blocked[offset] = message_group
+                queue.block(offset, message_group)
         for offset, expired_lease, attempt in op.redo:
             lease = queue.in_flight.get(offset)
             if lease is not None and lease.lease == expired_lease:
@@ -583,12 +646,12 @@ class PopStateManager(ConfigManager):
                 self._record_end(key, offset, expired_lease, LeaseEnd(REDELIVERED, index))
                 granted.append((op.queue_id, offset))
         for offset in op.unblock:
-            message_group = queue.blocked.pop(offset, None)
+            message_group = queue.unblock(offset)
             if message_group is not None:
                 queue.grant(offset, Lease(index, op.deadline_ms, 1, message_group))
                 granted.append((op.queue_id, offset))
         for offset in op.dropped:
-            queue.blocked.pop(offset, None)
+            queue.unblock(offset)
         for offset, expired_lease in op.filtered:
             if queue.release(offset, expired_lease) is not None:
                 self._record_end(key, offset, expired_lease, LeaseEnd(FILTERED))
@@ -640,18 +703,18 @@ class PopStateManager(ConfigManager):
 
     # --------------------------------------------------------------- files
     def capture(self) -> Capture:
-        # Only copies of the dicts (in C) on the event loop: a lease is
-        # replaced, never changed, so the copies hold the state as of now
-        # while a worker thread encodes them (a million leases: ~35 ms here
-        # against seconds for the whole encoding). dict.copy, not dict():
-        # after acks have left holes in a dict, dict() re-inserts every
-        # entry (70 ms for a million here) where copy clones it (48 ms).
-        queues = sorted(((key, queue.pop_offset, queue.in_flight.copy(), queue.blocked.copy())
-                         for key, queue in self.queues.items()), key=lambda item: item[0])
+        # Nothing is copied on the event loop: each queue begins a capture
+        # (O(1)) that journals what changes from now on, and the worker
+        # thread that encodes copies the leases in slices and puts the
+        # journalled values back (store/captured_dict.py). The copy of a
+        # million leases took the loop 35-130 ms with dict.copy.
+        queues = sorted(((key, queue.begin_capture()) for key, queue in self.queues.items()),
+                        key=lambda item: item[0])
         # Receives by attempt id are state too (derived from the ops, in log
         # order): a node restarted from this file must answer a retry alike.
+        # At most ATTEMPT_CACHE_SIZE of them: copied here.
         recent = list(self._recent.items())
-        return lambda: {"popQueues": [_encode_queue(*item) for item in queues],
+        return lambda: {"popQueues": [_encode_queue(key, *capture.read()) for key, capture in queues],
                         "recentReceives": [[group, attempt_id, r.index, r.topic, [list(o) for o in r.offsets]]
                                            for (group, attempt_id), r in recent]}
 
