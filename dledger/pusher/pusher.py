@@ -122,6 +122,9 @@ class DLedgerEntryPusher:
         targets = self.membership.replication_targets()
         for peer in targets:
             if peer not in self.dispatchers:
+                # A server added under an id that was a member before (or
+                # never left a term's table) starts from nothing.
+                self.quorum.forget(peer)
                 dispatcher = self.dispatchers[peer] = self._new_dispatcher(peer)
                 self._dispatcher_tasks[peer] = start_task(dispatcher.run(), f"EntryDispatcher-{peer}")
                 if self.member_state.is_leader:

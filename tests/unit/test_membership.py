@@ -4,6 +4,7 @@ in flight across a leader change. In-memory cluster, real file stores."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 
 import pytest
 
@@ -278,3 +279,30 @@ async def test_a_follower_reset_past_configuration_entries_gets_the_leaders_conf
     await cluster.wait_converged(timeout=8.0)
     assert members(cluster, away) == {"n0": VOTER, "n1": VOTER, "n2": VOTER, "n3": VOTER}
     assert cluster.servers[away].store.ledger_begin_index == store.ledger_begin_index
+
+
+async def test_a_server_removed_and_added_again_with_an_empty_disk_is_not_promoted_on_its_old_progress(
+        cluster: Cluster):
+    leader = await cluster.wait_leader()
+    await add_node(cluster, "n3")
+    await wait_for(lambda: members(cluster, leader).get("n3") == VOTER, what="promotion")
+    for i in range(20):
+        await cluster.servers[leader].append([f"e{i}".encode()])
+    await cluster.wait_converged()
+    term = cluster.servers[leader].member_state.term
+    assert cluster.servers[leader].pusher.quorum.watermark(term, "n3") > 10
+    await cluster.servers[leader].change_membership(pb.REMOVE_MEMBER, "n3", "")
+    await cluster.stop("n3")
+    shutil.rmtree(cluster.configs["n3"].data_dir)
+    # Added again (same id and address, a new empty disk) in the same term,
+    # and not reachable yet: it holds nothing, so it must stay a learner
+    # (its acknowledgements from before the removal count for nothing).
+    address = cluster.add_joining_node("n3")
+    await cluster.servers[leader].change_membership(pb.ADD_MEMBER, "n3", address)
+    await asyncio.sleep(0.5)
+    assert cluster.servers[leader].member_state.term == term
+    assert members(cluster, leader)["n3"] == LEARNER
+    assert cluster.servers[leader].pusher.quorum.watermark(term, "n3") == -1
+    await cluster.start("n3")
+    await wait_for(lambda: members(cluster, leader).get("n3") == VOTER, what="promotion once caught up")
+    await cluster.wait_converged()
