@@ -55,6 +55,10 @@ class ResponseCode(IntEnum):
     CORRUPT_LOG = 431
     # A membership change is refused while another one is not yet committed.
     MEMBERSHIP_CHANGE_IN_PROGRESS = 432
+    # No leader can be elected because voters lost committed entries (a
+    # damaged disk, a lost one) and no reachable node holds them intact: the
+    # group refuses to serve rather than invent them (dledger/vote_rules.py).
+    NO_INTACT_COPY = 433
 
     @classmethod
     def of(cls, value: int) -> "ResponseCode":

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from dledger.config import DLedgerConfig, PeerAddress
@@ -53,6 +53,10 @@ class Member:
     id: str
     address: str
     role: str = VOTER
+    # Raised each time the member is moved to a new address: the server
+    # there is a new one under the same id, and a vote request from an
+    # earlier incarnation (the old process, should it still run) is refused.
+    incarnation: int = 0
 
     @property
     def is_voter(self) -> bool:
@@ -104,20 +108,32 @@ class Membership:
         return Membership(self.members + (Member(member_id, address, LEARNER),))
 
     def promoted(self, member_id: str) -> "Membership":
-        return Membership(tuple(Member(m.id, m.address, VOTER) if m.id == member_id else m for m in self.members))
+        return Membership(tuple(replace(m, role=VOTER) if m.id == member_id else m for m in self.members))
+
+    def moved(self, member_id: str, address: str) -> "Membership":
+        return Membership(tuple(replace(m, address=address, incarnation=m.incarnation + 1) if m.id == member_id
+                                else m for m in self.members))
+
+    def incarnation_of(self, member_id: str) -> int:
+        member = self.get(member_id)
+        return member.incarnation if member else 0
 
     def without(self, member_id: str) -> "Membership":
         return Membership(tuple(m for m in self.members if m.id != member_id))
 
     # -------------------------------------------------------------- codec
     def to_json(self) -> bytes:
-        return json.dumps({"members": [{"id": m.id, "address": m.address, "role": m.role}
+        # "incarnation" only once a member was moved: the entries stay what
+        # earlier versions wrote (and read) until then.
+        return json.dumps({"members": [{"id": m.id, "address": m.address, "role": m.role,
+                                        **({"incarnation": m.incarnation} if m.incarnation else {})}
                                        for m in self.members]}, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, data: bytes | str) -> "Membership":
         value = json.loads(data)
-        members = tuple(Member(str(m["id"]), str(m["address"]), str(m.get("role", VOTER)))
+        members = tuple(Member(str(m["id"]), str(m["address"]), str(m.get("role", VOTER)),
+                               int(m.get("incarnation", 0)))
                         for m in value["members"])
         for m in members:
             if m.role not in ROLES:
@@ -152,6 +168,34 @@ def plan_add(current: Membership, member_id: str, address: str) -> Membership | 
         if m.address == address:
             raise DLedgerError(ResponseCode.UNEXPECTED_MEMBER, f"{m.id} already uses the address {address}")
     return current.with_learner(member_id, address)
+
+
+def plan_move(current: Membership, member_id: str, address: str, leader_id: str,
+              heard_from_s: float | None, silent_needed_s: float) -> Membership | None:
+    """The configuration that gives `member_id` a new address (same id, same
+    role, a new incarnation); None when it is already there (a retry).
+    `heard_from_s`: how long ago the leader last heard from it (None: never
+    in this term). A member that still answers at its old address is not
+    moved: two processes under one id could each vote once in a term."""
+    check_address(address)
+    member = current.get(member_id)
+    if member is None:
+        raise DLedgerError(ResponseCode.UNKNOWN_MEMBER,
+                           f"{member_id!r} is not a member (members: {', '.join(current.ids)}); add it instead")
+    if member.address == address:
+        return None
+    for m in current.members:
+        if m.address == address:
+            raise DLedgerError(ResponseCode.UNEXPECTED_MEMBER, f"{m.id} already uses the address {address}")
+    if member_id == leader_id:
+        raise DLedgerError(ResponseCode.UNEXPECTED_MEMBER,
+                           f"{member_id} is the leader: transfer leadership to another voter, stop {member_id}, "
+                           f"then move it")
+    if heard_from_s is not None and heard_from_s < silent_needed_s:
+        raise DLedgerError(ResponseCode.UNEXPECTED_MEMBER,
+                           f"{member_id} still answers at {member.address} (last heard {heard_from_s:.1f} s ago): "
+                           f"stop it before moving it, or it would run twice under one id")
+    return current.moved(member_id, address)
 
 
 def plan_remove(current: Membership, member_id: str) -> Membership:
@@ -229,6 +273,13 @@ class MembershipLog:
         for _, membership in self.history:
             ids.update(dict.fromkeys(membership.ids))
         return [i for i in ids if i != self.config.self_id]
+
+    def incarnation_of(self, member_id: str) -> int:
+        """The member's incarnation in the newest configuration that names it."""
+        for _, membership in reversed(self.history):
+            if membership.get(member_id):
+                return membership.incarnation_of(member_id)
+        return self.committed.incarnation_of(member_id)
 
     def address_of(self, member_id: str) -> str:
         for _, membership in reversed(self.history):

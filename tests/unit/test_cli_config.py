@@ -27,7 +27,8 @@ from rpcgen import dledger_pb2_grpc
 
 PEERS = "n0=127.0.0.1:20911,n1=127.0.0.1:20912,n2=127.0.0.1:20913"
 STATUS_KEYS = ["id", "address", "pid", "role", "term", "leader_id", "ledger_begin_index",
-               "ledger_end_index", "committed_index", "metrics_address", "repairing", "repair_until"]
+               "ledger_end_index", "committed_index", "metrics_address", "repairing", "repair_until",
+               "no_intact_copy"]
 
 
 def node_args(*argv: str):
@@ -183,7 +184,7 @@ def test_status_row_of_a_reachable_node_has_exactly_the_documented_keys():
     assert row == {"id": "n1", "address": "127.0.0.1:20912", "pid": 1234, "role": "LEADER",
                    "term": 3, "leader_id": "n1", "ledger_begin_index": 0, "ledger_end_index": 41,
                    "committed_index": 40, "metrics_address": "127.0.0.1:21012", "repairing": False,
-                   "repair_until": None}
+                   "repair_until": None, "no_intact_copy": None}
 
 
 def test_status_row_of_an_unreachable_node_is_null_but_role_and_address():
