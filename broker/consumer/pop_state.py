@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Callable, Iterator
 
-from store.captured_dict import DictCapture
+from store.captured_dict import DictCapture, map_in_slices
 from store.config_manager import Capture, ConfigManager
 from store.packed_columns import pack_ints, pack_json, unpack_ints, unpack_json
 from store.system_entry import SystemKind
@@ -283,11 +283,13 @@ class QueueCapture:
     in_flight: DictCapture[int, Lease]
     blocked: DictCapture[int, str]
 
-    def read(self) -> tuple[int, dict[int, Lease], dict[int, str]]:
+    def read(self) -> tuple[int, list[int], list[Lease], dict[int, str]]:
+        """(pop offset, the leased offsets in order, their leases, blocked offsets)."""
         # The leases last: the queue stops journalling for this capture once
         # they are copied (`_live`), so the blocked offsets must be done by then.
         blocked = self.blocked.copy()
-        return self.pop_offset, self.in_flight.copy(), blocked
+        offsets, leases = self.in_flight.sorted_items()
+        return self.pop_offset, offsets, leases, blocked
 
 
 def _live(ref: weakref.ref[QueueCapture]) -> bool:
@@ -814,12 +816,11 @@ def _build(data: dict[str, Any], in_worker: bool) -> _State:
     return queues, by_subscription, recent
 
 
-def _encode_queue(key: QueueKey, pop_offset: int, in_flight: dict[int, Lease], blocked: dict[int, str]
+def _encode_queue(key: QueueKey, pop_offset: int, offsets: list[int], leases: list[Lease], blocked: dict[int, str]
                   ) -> dict[str, Any]:
-    """One queue's entry in popState.json, leases as packed columns in offset order."""
+    """One queue's entry in popState.json, leases as packed columns in
+    offset order (`offsets` sorted, `leases` theirs)."""
     group, topic, queue_id = key
-    offsets = _sorted_keys(in_flight)
-    leases = _sliced_map(in_flight.__getitem__, offsets)
     packed: dict[str, Any] = {
         "count": len(offsets), "offsets": pack_ints(offsets, delta=True),
         "leases": pack_ints(_sliced_map(attrgetter("lease"), leases), delta=True),
@@ -832,34 +833,7 @@ def _encode_queue(key: QueueKey, pop_offset: int, in_flight: dict[int, Lease], b
             "blocked": [[offset, message_group] for offset, message_group in sorted(blocked.items())]}
 
 
-def _sliced_map(function: Callable[[Any], Any], values: list[Any]) -> list[Any]:
-    """[function(v) for v in values], by C calls over slices: half the CPU
-    of the comprehension for a million leases (a worker thread encoding
-    them competes with the event loop for the GIL), each call short."""
-    mapped: list[Any] = []
-    for start in range(0, len(values), _SORT_SLICE):
-        mapped.extend(map(function, values[start:start + _SORT_SLICE]))
-    return mapped
-
-
-# Keys sorted by slices of this many: one sort of a million held the GIL (and
-# so the event loop, while a worker thread encodes) for 30-45 ms.
-_SORT_SLICE = 65_536
-
-
-def _sorted_keys(mapping: dict[int, Any]) -> list[int]:
-    """The keys in order. Leases are granted in rising offsets (a renewal
-    keeps its key's place), so the slices, each sorted, mostly follow one
-    another already; otherwise a merge in Python (slower, but it lets the
-    loop run)."""
-    keys = list(mapping)
-    runs = [sorted(keys[start:start + _SORT_SLICE]) for start in range(0, len(keys), _SORT_SLICE)]
-    if all(before[-1] < after[0] for before, after in zip(runs, runs[1:])):
-        ordered: list[int] = []
-        for run in runs:
-            ordered.extend(run)
-        return ordered
-    return list(heapq.merge(*runs))
+_sliced_map = map_in_slices
 
 
 def _decode_in_flight(value: dict[str, Any] | list[list[Any]]) -> dict[int, Lease]:
