@@ -534,8 +534,11 @@ class DLedgerClient:
     async def move_member(self, member_id: str, address: str) -> list[dict[str, str]]:
         """Give a member a new peer address under the same id and role (its
         machine was replaced); returns once committed. The leader refuses
-        while it still hears from the member at its old address."""
-        return await self._change_membership(pb.MOVE_MEMBER, member_id, address)
+        (ILLEGAL_MEMBER_STATE) while it still hears from the member at its
+        old address: tried again until the deadline, as a server that just
+        died is heard from until two election timeouts have passed."""
+        return await self._change_membership(pb.MOVE_MEMBER, member_id, address,
+                                             MEMBERSHIP_RETRY | {ResponseCode.ILLEGAL_MEMBER_STATE})
 
     async def replace_member(self, member_id: str, address: str, new_id: str = "",
                              timeout_s: float = 60.0) -> list[dict[str, str]]:
@@ -558,7 +561,8 @@ class DLedgerClient:
             return await self.members()
         return await self.remove_member(member_id)
 
-    async def _change_membership(self, action: int, member_id: str, address: str) -> list[dict[str, str]]:
+    async def _change_membership(self, action: int, member_id: str, address: str,
+                                 retry: frozenset[ResponseCode] = MEMBERSHIP_RETRY) -> list[dict[str, str]]:
         request = pb.ChangeMembershipRequest(header=self._header(), action=action, member_id=member_id,
                                              address=address)
         attempts = [0]
@@ -568,7 +572,7 @@ class DLedgerClient:
             return await stub.ChangeMembership(request, metadata=self._signed(), timeout=self.append_timeout_s)
 
         try:
-            response = await self._on_leader(call, MEMBERSHIP_RETRY)
+            response = await self._on_leader(call, retry)
         except DLedgerError as error:
             # A retried removal whose first attempt was applied after all.
             if action == pb.REMOVE_MEMBER and attempts[0] > 1 and error.code is ResponseCode.UNKNOWN_MEMBER:

@@ -18,6 +18,13 @@ overlapping majorities, so no joint consensus is needed. The rules:
   its own term has a committed entry (the NOOP), and only one server
   differs. A new server joins as a learner; the leader promotes it to voter
   with a second entry once it has caught up.
+- A move gives a member a new address under its id and role (its machine
+  was replaced): the voters do not change, so it is a change of no server
+  at all as far as majorities go. The server at the new address is a new
+  *incarnation* of the member (it may hold nothing yet, and counts once it
+  has caught up, as any node with a new disk); vote requests from an
+  earlier incarnation are refused, so the old process, should it come
+  back, cannot vote a second time under the same id.
 
 `MembershipLog` follows the store: the store calls it when a configuration
 entry is written and when a truncate drops entries; the commit index folds
@@ -192,7 +199,7 @@ def plan_move(current: Membership, member_id: str, address: str, leader_id: str,
                            f"{member_id} is the leader: transfer leadership to another voter, stop {member_id}, "
                            f"then move it")
     if heard_from_s is not None and heard_from_s < silent_needed_s:
-        raise DLedgerError(ResponseCode.UNEXPECTED_MEMBER,
+        raise DLedgerError(ResponseCode.ILLEGAL_MEMBER_STATE,
                            f"{member_id} still answers at {member.address} (last heard {heard_from_s:.1f} s ago): "
                            f"stop it before moving it, or it would run twice under one id")
     return current.moved(member_id, address)

@@ -314,7 +314,7 @@ def test_move_rules_same_id_new_address_only_once_silent_and_never_the_leader():
     assert moved.get("n1") == Member("n1", "h:9", VOTER, incarnation=1)
     assert moved.voters == three.voters and Membership.from_json(moved.to_json()) == moved
     assert plan_move(moved, "n1", "h:9", "n0", 5.0, 2.0) is None                 # a retry: nothing to do
-    for args, code in ((("n1", "h:9", "n0", 0.3, 2.0), ResponseCode.UNEXPECTED_MEMBER),   # still answers
+    for args, code in ((("n1", "h:9", "n0", 0.3, 2.0), ResponseCode.ILLEGAL_MEMBER_STATE),  # still answers
                        (("n0", "h:9", "n0", 9.0, 2.0), ResponseCode.UNEXPECTED_MEMBER),   # the leader itself
                        (("n1", "h:3", "n0", 9.0, 2.0), ResponseCode.UNEXPECTED_MEMBER),   # n2's address
                        (("n7", "h:9", "n0", 9.0, 2.0), ResponseCode.UNKNOWN_MEMBER),
@@ -340,7 +340,7 @@ async def test_a_dead_member_moved_to_a_new_address_with_an_empty_disk_counts_on
     await cluster.wait_converged()
     with pytest.raises(DLedgerError) as e:      # it is alive: refused
         await cluster.servers[leader].change_membership(pb.MOVE_MEMBER, moving, "127.0.0.1:31001")
-    assert e.value.code is ResponseCode.UNEXPECTED_MEMBER and "still answers" in e.value.message
+    assert e.value.code is ResponseCode.ILLEGAL_MEMBER_STATE and "still answers" in e.value.message
     await cluster.stop(moving)
     shutil.rmtree(cluster.configs[moving].data_dir)         # its machine is gone
     await asyncio.sleep(2 * cluster.settings["election_timeout_max_s"] + 0.1)
