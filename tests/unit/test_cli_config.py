@@ -64,6 +64,16 @@ def test_advertised_addresses_and_metrics_host_for_containers(tmp_path):
                   "--advertised-addresses", "n9=127.0.0.1:1")
 
 
+def test_peer_routes_dial_a_proxy_for_a_peer_address_and_nothing_else(tmp_path):
+    config = node_args("--id", "n0", "--peers", PEERS, "--data-dir", str(tmp_path),
+                       "--peer-routes", "127.0.0.1:20912=127.0.0.1:40001,127.0.0.1:30000=127.0.0.1:40002")
+    assert config.dial_address("127.0.0.1:20912") == "127.0.0.1:40001"
+    assert config.dial_address("127.0.0.1:30000") == "127.0.0.1:40002"   # an address a member may move to
+    assert config.dial_address("127.0.0.1:20913") == "127.0.0.1:20913"
+    with pytest.raises(ConfigError, match="expected HOST:PORT=HOST:PORT"):
+        node_args("--id", "n0", "--peers", PEERS, "--data-dir", str(tmp_path), "--peer-routes", "127.0.0.1:1")
+
+
 def test_tuning_flags_are_converted_to_the_field_types(tmp_path):
     config = node_args("--id", "n0", "--peers", PEERS, "--data-dir", str(tmp_path),
                        "--flush-mode", "ASYNC", "--data-file-size", "67108864",
