@@ -25,20 +25,17 @@ the objects themselves. What stays atomic in the worker is one `list(live)`
 """
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left
 from itertools import filterfalse
-from typing import Any, Callable, Generic, Hashable, TypeVar
+from typing import Any, Generic, Hashable, TypeVar
+
+from store.slices import SLICE, breathe, map_in_slices, sorted_in_slices
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 ABSENT: Any = object()   # a journalled key that was not in the dict at the beginning
 
-# Keys read per C call in the worker: each call holds the GIL (and so the
-# event loop) for a few milliseconds (16 Ki entries into a dict: 2-3 ms
-# here), not for the whole dict.
-SLICE = 16_384
 
 
 class DictCapture(Generic[K, V]):
@@ -65,6 +62,7 @@ class DictCapture(Generic[K, V]):
         view: dict[K, V] = {}
         for start in range(0, len(keys), SLICE):
             view.update(zip(keys[start:start + SLICE], values[start:start + SLICE]))
+            breathe()
         return view
 
     def sorted_items(self) -> tuple[list[K], list[V]]:
@@ -114,27 +112,3 @@ def _merged(ordered: list[Any], more: list[Any]) -> list[Any]:
         previous = at
     merged.extend(ordered[previous:])
     return merged
-
-
-def map_in_slices(function: Callable[[Any], Any], values: list[Any]) -> list[Any]:
-    """[function(v) for v in values], by C calls over slices: half the CPU
-    of the comprehension for a million values (a worker thread competes
-    with the event loop for the GIL), each call short."""
-    mapped: list[Any] = []
-    for start in range(0, len(values), SLICE):
-        mapped.extend(map(function, values[start:start + SLICE]))
-    return mapped
-
-
-def sorted_in_slices(keys: list[Any]) -> list[Any]:
-    """`sorted(keys)` without one long C call (a million took 30-45 ms):
-    each slice sorted on its own, then concatenated when they follow one
-    another (offsets granted in rising order mostly do), else merged in
-    Python (slower, but it lets the loop run)."""
-    runs = [sorted(keys[start:start + SLICE]) for start in range(0, len(keys), SLICE)]
-    if all(before[-1] < after[0] for before, after in zip(runs, runs[1:])):
-        ordered: list[Any] = []
-        for run in runs:
-            ordered.extend(run)
-        return ordered
-    return list(heapq.merge(*runs))

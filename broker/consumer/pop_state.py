@@ -59,7 +59,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Callable, Iterator
 
-from store.captured_dict import DictCapture, map_in_slices
+from store.captured_dict import DictCapture
+from store.slices import map_in_slices
 from store.config_manager import Capture, ConfigManager
 from store.packed_columns import pack_ints, pack_json, unpack_ints, unpack_json
 from store.system_entry import SystemKind

@@ -473,7 +473,7 @@ async def test_a_replica_lacking_the_state_decodes_a_snapshot_off_the_event_loop
 def test_lease_offsets_sorted_by_slices_are_in_order_whatever_the_insertion_order():
     import random
 
-    from store.captured_dict import SLICE, sorted_in_slices
+    from store.slices import SLICE, sorted_in_slices
     rising = list(range(3 * SLICE + 5))
     assert sorted_in_slices(rising) == rising
     shuffled = list(range(2 * SLICE + 7))
