@@ -72,7 +72,10 @@ def status_table(rows: list[dict[str, Any]]) -> str:
         columns.insert(0, "group")
     cells = [columns] + [["-" if r[c] is None else str(r[c]) for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
+    table = "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
+    # Why no leader can be elected, when lost entries are the reason (a line per node that says so).
+    reasons = dict.fromkeys(f"{r['id']}: {r['no_intact_copy']}" for r in rows if r.get("no_intact_copy"))
+    return "\n".join([table, *(f"NO_INTACT_COPY {reason}" for reason in reasons)])
 
 
 def dumps(value: Any) -> str:

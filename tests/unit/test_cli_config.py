@@ -216,6 +216,16 @@ def test_status_json_wraps_rows_in_nodes():
     assert "unreachable" in cli.status_table(rows)
 
 
+def test_status_says_once_why_no_leader_can_be_elected_without_losing_entries():
+    why = "no reachable voter holds entries up to 57 (term 3) intact: ..."
+    rows = [node_status_row(f"a:{i}", pb.MetadataResponse(self_id=f"n{i}", role="CANDIDATE", term=4,
+                                                           repairing=True, repair_until=57, no_intact_copy=why))
+            for i in range(2)] + [node_status_row("a:2", None, "n2")]
+    assert rows[0]["no_intact_copy"] == why and rows[2]["no_intact_copy"] is None
+    lines = cli.status_table(rows).splitlines()
+    assert lines[-2:] == [f"NO_INTACT_COPY n0: {why}", f"NO_INTACT_COPY n1: {why}"]
+
+
 def test_entry_json_carries_the_body_in_base64():
     entry = pb.Entry(index=7, term=2, body=b"\x00hello")
     assert cli.entry_json(entry) == {"index": 7, "term": 2, "body_base64": "AGhlbGxv"}
