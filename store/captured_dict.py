@@ -25,6 +25,7 @@ the objects themselves. What stays atomic in the worker is one `list(live)`
 """
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_left
 from itertools import filterfalse
 from typing import Any, Generic, Hashable, TypeVar
@@ -42,7 +43,7 @@ class DictCapture(Generic[K, V]):
     """See the module's docstring. `before_change` runs on the loop (the
     dict's owner calls it); `copy` runs anywhere, once."""
 
-    __slots__ = ("live", "journal", "finished")
+    __slots__ = ("live", "journal", "finished", "__weakref__")
 
     def __init__(self, live: dict[K, V]) -> None:
         self.live = live
@@ -112,3 +113,45 @@ def _merged(ordered: list[Any], more: list[Any]) -> list[Any]:
         previous = at
     merged.extend(ordered[previous:])
     return merged
+
+
+class Captures:
+    """The captures begun on one dict and not yet copied, for its owner:
+    `begin` one when a snapshot is taken, call `before_change(key)` before
+    every change of the dict (nothing to do while there is none) and `clear`
+    when the dict is replaced. Held weakly: a capture nobody will copy stops
+    being journalled once it is dropped."""
+
+    __slots__ = ("_refs",)
+
+    def __init__(self) -> None:
+        self._refs: tuple[weakref.ref[DictCapture[Any, Any]], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self._refs)
+
+    def begin(self, live: dict[K, V]) -> DictCapture[K, V]:
+        capture = DictCapture(live)
+        self._refs = tuple(ref for ref in self._refs if _pending(ref)) + (weakref.ref(capture),)
+        return capture
+
+    def before_change(self, key: Any) -> None:
+        stale = False
+        for ref in self._refs:
+            capture = ref()
+            if capture is None or capture.finished:
+                stale = True
+            else:
+                capture.before_change(key)
+        if stale:
+            self._refs = tuple(ref for ref in self._refs if _pending(ref))
+
+    def clear(self) -> None:
+        """The owner replaced the dict: the captures hold the old one, which
+        nothing changes any more."""
+        self._refs = ()
+
+
+def _pending(ref: weakref.ref[DictCapture[Any, Any]]) -> bool:
+    capture = ref()
+    return capture is not None and not capture.finished
