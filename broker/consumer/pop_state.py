@@ -53,13 +53,12 @@ import contextlib
 import gc
 import heapq
 import logging
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Callable, Iterator
 
-from store.captured_dict import DictCapture
+from store.captured_dict import Captures, DictCapture
 from store.slices import map_in_slices
 from store.config_manager import Capture, ConfigManager
 from store.packed_columns import pack_ints, pack_json, unpack_ints, unpack_json
@@ -102,15 +101,15 @@ class PopQueue:
     """One (group, topic, queue)'s pop state; see the module doc."""
 
     __slots__ = ("pop_offset", "in_flight", "blocked", "_deadlines", "_expired", "_exhausted", "_max_attempts",
-                 "_captures")
+                 "_lease_captures", "_blocked_captures")
 
     def __init__(self, pop_offset: int) -> None:
         self.pop_offset = pop_offset
         self.in_flight: dict[int, Lease] = {}
         self.blocked: dict[int, str] = {}
-        # Captures begun and not yet copied (weak: a capture nobody will
-        # copy stops journalling once it is dropped); see begin_capture.
-        self._captures: tuple[weakref.ref[QueueCapture], ...] = ()
+        # Captures of the two dicts begun and not yet copied; see begin_capture.
+        self._lease_captures = Captures()
+        self._blocked_captures = Captures()
         # Derived, not replicated: a heap of (deadline, offset, lease) with
         # stale entries skipped lazily, and the leases found expired so far,
         # in the order found, split into those a receive may deliver again
@@ -137,8 +136,8 @@ class PopQueue:
 
     # -------------------------------------------------------------- changes
     def grant(self, offset: int, lease: Lease) -> None:
-        if self._captures:
-            self._before_change(offset)
+        if self._lease_captures:
+            self._lease_captures.before_change(offset)
         self.in_flight[offset] = lease
         self._expired.pop(offset, None)
         self._exhausted.pop(offset, None)
@@ -155,7 +154,7 @@ class PopQueue:
         one heapify instead of a push per lease, except in a worker thread,
         where one heapify of a million would hold the GIL (and so the event
         loop) for 50-200 ms, and a push per lease lets it run between them."""
-        self._captures = ()   # they hold the old dict, which nothing changes any more
+        self._lease_captures.clear()   # they hold the old dict, which nothing changes any more
         self.in_flight = in_flight
         self._expired, self._exhausted = {}, {}
         deadlines = [(lease.deadline_ms, offset, lease.lease) for offset, lease in in_flight.items()]
@@ -172,44 +171,32 @@ class PopQueue:
         lease = self.in_flight.get(offset)
         if lease is None or lease.lease != lease_id:
             return None
-        if self._captures:
-            self._before_change(offset)
+        if self._lease_captures:
+            self._lease_captures.before_change(offset)
         del self.in_flight[offset]
         self._expired.pop(offset, None)
         self._exhausted.pop(offset, None)
         return lease
 
     def block(self, offset: int, message_group: str) -> None:
-        if self._captures:
-            self._before_change(offset, blocked=True)
+        if self._blocked_captures:
+            self._blocked_captures.before_change(offset)
         self.blocked[offset] = message_group
 
     def unblock(self, offset: int) -> str | None:
         """Let a blocked offset go; its message group, or None if it was not blocked."""
         if offset not in self.blocked:
             return None
-        if self._captures:
-            self._before_change(offset, blocked=True)
+        if self._blocked_captures:
+            self._blocked_captures.before_change(offset)
         return self.blocked.pop(offset)
 
     # ------------------------------------------------------------ captures
     def begin_capture(self) -> QueueCapture:
         """The queue as of now, copied later (maybe in a worker thread) while
         it goes on changing: O(1) here (store/captured_dict.py)."""
-        capture = QueueCapture(self.pop_offset, DictCapture(self.in_flight), DictCapture(self.blocked))
-        self._captures = tuple(ref for ref in self._captures if _live(ref)) + (weakref.ref(capture),)
-        return capture
-
-    def _before_change(self, offset: int, blocked: bool = False) -> None:
-        stale = False
-        for ref in self._captures:
-            capture = ref()
-            if capture is None or capture.in_flight.finished:
-                stale = True
-            else:
-                (capture.blocked if blocked else capture.in_flight).before_change(offset)
-        if stale:
-            self._captures = tuple(ref for ref in self._captures if _live(ref))
+        return QueueCapture(self.pop_offset, self._lease_captures.begin(self.in_flight),
+                            self._blocked_captures.begin(self.blocked))
 
     # ------------------------------------------------------------- queries
     def expired(self, now_ms: int, max_attempts: int, first_retained: int = 0,
@@ -276,7 +263,7 @@ class PopQueue:
         return None
 
 
-@dataclass(slots=True, weakref_slot=True)
+@dataclass(slots=True)
 class QueueCapture:
     """One queue as of `begin_capture`: its frontier, and its leases and
     blocked offsets to be copied (`read`, once, maybe in a worker thread)."""
@@ -286,16 +273,8 @@ class QueueCapture:
 
     def read(self) -> tuple[int, list[int], list[Lease], dict[int, str]]:
         """(pop offset, the leased offsets in order, their leases, blocked offsets)."""
-        # The leases last: the queue stops journalling for this capture once
-        # they are copied (`_live`), so the blocked offsets must be done by then.
-        blocked = self.blocked.copy()
         offsets, leases = self.in_flight.sorted_items()
-        return self.pop_offset, offsets, leases, blocked
-
-
-def _live(ref: weakref.ref[QueueCapture]) -> bool:
-    capture = ref()
-    return capture is not None and not capture.in_flight.finished
+        return self.pop_offset, offsets, leases, self.blocked.copy()
 
 
 # ===================================================================== ops

@@ -79,7 +79,8 @@ def test_a_lease_table_copied_in_a_worker_while_the_loop_acks_and_grants_is_exac
         assert changes > 3, "the worker finished before the loop changed anything"
         assert state.encode() != expected
         queue.grant(7, Lease(lease_id, 5, 2))
-        assert queue._captures == ()   # copied: no more journalling
+        queue.block(7, "mg")
+        assert not queue._lease_captures and not queue._blocked_captures   # copied: no more journalling
 
     asyncio.run(scenario())
 
@@ -93,7 +94,7 @@ def test_a_capture_dropped_without_a_copy_stops_journalling():
     del capture
     gc.collect()
     queue.release(4, 1)
-    assert queue._captures == ()
+    assert not queue._lease_captures
 
 
 def test_two_captures_at_once_each_hold_their_own_moment():
