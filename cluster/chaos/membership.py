@@ -84,12 +84,15 @@ def possible_actions(members: int, minimum: int, free_slots: int, movable: bool)
 class MembershipChanger:
     def __init__(self, cluster: ProcessCluster, network: FaultNetwork, history: History,
                  admin: DLedgerClient, find_leader: Callable[[random.Random], Awaitable[tuple[str, str]]],
-                 minimum: int, silence_s: float) -> None:
+                 current_leader: Callable[[], Awaitable[str | None]], minimum: int, silence_s: float) -> None:
         self.cluster = cluster
         self.network = network
         self.history = history
         self.admin = admin
+        # The nemesis's: the leader (or a random node when none is found
+        # soon), and the leader now (or None).
         self.find_leader = find_leader
+        self.current_leader = current_leader
         self.minimum = minimum
         # How long a moved member's old process must have been silent
         # before the leader agrees to the move (dledger.server).
@@ -162,7 +165,7 @@ class MembershipChanger:
 
     async def _kill_leader_after(self, seconds: float, outcome: ChangeOutcome) -> None:
         await asyncio.sleep(seconds)
-        leader = await self._leader()
+        leader = await self.current_leader()
         if leader is None or not self.cluster.running(leader):
             return
         self.cluster.kill(leader)
@@ -171,12 +174,6 @@ class MembershipChanger:
         await asyncio.sleep(KILLED_FOR_S)
         if leader in self.cluster.ids and not self.cluster.running(leader):
             self.cluster.start(leader)
-
-    async def _leader(self) -> str | None:
-        nodes = [n for n in self.cluster.ids if self.cluster.running(n) and n not in self.cluster.paused]
-        answers = await asyncio.gather(*(self.admin.metadata(self.cluster.addresses[n]) for n in nodes))
-        leaders = [(a.term, a.self_id) for a in answers if a is not None and a.role == "LEADER"]
-        return max(leaders)[1] if leaders else None
 
     # ------------------------------------------------------------ actions
     def _client(self) -> DLedgerClient:

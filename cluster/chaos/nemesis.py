@@ -81,7 +81,8 @@ class Nemesis:
             MEMBER_CHANGE: self.member_change,
         }
         self.membership = MembershipChanger(cluster, network, history, admin, self._leader_or_random,
-                                            minimum=len(cluster.ids), silence_s=move_silence_s)
+                                            self._current_leader, minimum=len(cluster.ids),
+                                            silence_s=move_silence_s)
 
     async def run(self, plan: list[PlannedFault]) -> None:
         for fault in plan:
