@@ -30,7 +30,7 @@ from bisect import bisect_left
 from itertools import filterfalse
 from typing import Any, Generic, Hashable, TypeVar
 
-from store.slices import SLICE, map_in_slices, sorted_in_slices
+from store.slices import SLICE, breathe, map_in_slices, sorted_in_slices
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -63,6 +63,7 @@ class DictCapture(Generic[K, V]):
         view: dict[K, V] = {}
         for start in range(0, len(keys), SLICE):
             view.update(zip(keys[start:start + SLICE], values[start:start + SLICE]))
+            breathe()
         return view
 
     def sorted_items(self) -> tuple[list[K], list[V]]:
