@@ -17,6 +17,7 @@ they print (issue 2), so both stay exactly as documented:
     dledger member list --servers ... --json
     dledger member add --servers ... --id ID --address HOST:PORT [--client-address HOST:PORT] [--no-wait] --json
     dledger member remove --servers ... --id ID --json
+    dledger member replace --servers ... --id ID --address HOST:PORT [--new-id ID] --json
     dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...] [--seed N]
                   [--workload log|broker] [--out DIR] --json
     dledger replay (--data-dir DIR | --servers ...) --out DIR [--json] [--master URL]
@@ -73,7 +74,10 @@ def status_table(rows: list[dict[str, Any]]) -> str:
         columns.insert(0, "group")
     cells = [columns] + [["-" if r[c] is None else str(r[c]) for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
+    table = "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
+    # Why no leader can be elected, when lost entries are the reason (a line per node that says so).
+    reasons = dict.fromkeys(f"{r['id']}: {r['no_intact_copy']}" for r in rows if r.get("no_intact_copy"))
+    return "\n".join([table, *(f"NO_INTACT_COPY {reason}" for reason in reasons)])
 
 
 def dumps(value: Any) -> str:
@@ -208,6 +212,13 @@ async def cmd_member_add(args: argparse.Namespace) -> int:
 async def cmd_member_remove(args: argparse.Namespace) -> int:
     async with DLedgerClient(args.servers, args.group) as client:
         print_members(await client.remove_member(args.id), args.json)
+    return 0
+
+
+async def cmd_member_replace(args: argparse.Namespace) -> int:
+    async with DLedgerClient(args.servers, args.group) as client:
+        members = await client.replace_member(args.id, args.address, new_id=args.new_id, timeout_s=args.timeout)
+    print_members(members, args.json)
     return 0
 
 
@@ -388,6 +399,19 @@ def build_parser() -> argparse.ArgumentParser:
     member_remove = _client_parser(member_commands, "remove", "remove a member (a voter or a learner)")
     member_remove.add_argument("--id", required=True, metavar="ID")
     member_remove.set_defaults(run=cmd_member_remove)
+    member_replace = _client_parser(
+        member_commands, "replace",
+        "replace a dead member by a server at a new address: under the same id (a move: one change, the "
+        "voters unchanged) or, with --new-id, under a new id (added and promoted first, then the old one "
+        "removed)")
+    member_replace.add_argument("--id", required=True, metavar="ID", help="the member to replace")
+    member_replace.add_argument("--address", required=True, metavar="HOST:PORT",
+                                help="where peers reach the server that replaces it")
+    member_replace.add_argument("--new-id", default="", metavar="ID",
+                                help="the new server's id (default: the same id, moved to --address)")
+    member_replace.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                                help="with --new-id: how long to wait for its promotion (default 120)")
+    member_replace.set_defaults(run=cmd_member_replace)
     broker_cli.add_broker_commands(commands)
 
     chaos = commands.add_parser("chaos", help="kill, partition and pause a local cluster under load, then check it",

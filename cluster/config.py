@@ -35,7 +35,7 @@ from typing import Any, Mapping
 from broker.config import BrokerConfig
 from dledger import failpoints
 from dledger.client import parse_servers
-from dledger.config import DLedgerConfig, FlushMode, PeerAddress, parse_peers
+from dledger.config import DLedgerConfig, FlushMode, PeerAddress, parse_peers, parse_routes
 from dledger.rpc.credentials import ENV_SECRET_FILE, ENV_TLS_CA, ENV_USER
 
 BROKER_TABLE = "broker"
@@ -69,6 +69,8 @@ TUNING_FLAGS: list[tuple[str, str, str, str]] = [
      "start a pass of the scrubber (re-verifying committed entries) at most this often"),
     ("--advertised-addresses", "advertised_addresses", "ID=HOST:PORT,...",
      "where clients should connect to each node, when that differs from --peers (docker, proxies)"),
+    ("--peer-routes", "peer_routes", "HOST:PORT=HOST:PORT,...",
+     "dial the second address to reach the first (a peer behind a proxy); the chaos harness uses it"),
     ("--listen-address", "listen_address", "HOST:PORT",
      "where the gRPC port binds, when not this node's peer address (0.0.0.0:PORT in a container)"),
     # Security (README, "Security").
@@ -293,6 +295,13 @@ def convert(name: str, value: Any, hint: Any) -> Any:
     """Coerce one value (a TOML value or a flag's string) to the field's type."""
     if name in ("peers", "advertised_addresses"):
         return tuple(convert_peers(value, name))
+    if name == "peer_routes":
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(item) if isinstance(item, str) else "=".join(item) for item in value)
+        try:
+            return parse_routes(str(value))
+        except ValueError as error:
+            raise ConfigError(f"{name}: {error}") from None
     if hint is FlushMode:
         try:
             return FlushMode(str(value).lower())

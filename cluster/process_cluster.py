@@ -5,13 +5,20 @@ the same data dir, pause it with SIGSTOP and resume it with SIGCONT.
 to kill and restart individual nodes.)
 
 By default every node reaches its peers at their real addresses. With
-`routes`, each node gets its own peer map (node A may reach B through a proxy
-of the link A->B) and advertises the real addresses to clients, so that
-clients talk to nodes directly and only peer traffic crosses the proxies."""
+`routes`, each node is told to dial, for each peer's real address, a proxy of
+the link A->B instead (`--peer-routes`): every node names the same real
+addresses in --peers and in configuration entries, clients talk to nodes
+directly, and only peer traffic crosses the proxies.
+
+`spares` reserves addresses (and ids) for servers that membership changes
+add later (`add_node`), and `alternates` a second address per id, for a
+member moved to a new address (`move_node`): a fault network can then put
+proxies in front of every address a run may use before any node starts."""
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -48,16 +55,20 @@ DEFAULT_NODE_FILES = ["--data-file-size", str(DLedgerConfig.data_file_size),
 class ProcessCluster:
     def __init__(self, base: Path, size: int = 3, extra_args: list[str] | None = None,
                  log_dir: Path | None = None, tls_dir: Path | None = None, id_prefix: str = "n",
-                 front_ends: bool = False) -> None:
+                 front_ends: bool = False, spares: int = 0, alternates: bool = False) -> None:
         # Broker groups side by side name their nodes g<g>n<i> (id_prefix "g0n").
         self.ids = [f"{id_prefix}{i}" for i in range(size)]
+        # Every id this cluster may ever use, with every address each may
+        # listen on (the first is where it starts).
+        self.slots = {f"{id_prefix}{i}": [f"127.0.0.1:{p}" for p in free_ports(2 if alternates else 1)]
+                      for i in range(size + spares)}
         # With `tls_dir` (made by cluster.certs.create for these ids): mutual
         # TLS between peers on ports of their own; `addresses` stay the
         # addresses clients use (TLS).
         self.tls_dir = tls_dir
-        ports = free_ports(size * 2 if tls_dir else size)
-        self.addresses = {n: f"127.0.0.1:{p}" for n, p in zip(self.ids, ports)}
-        self.peer_addresses = {n: f"127.0.0.1:{p}" for n, p in zip(self.ids, ports[size:])} if tls_dir \
+        self.addresses = {n: self.slots[n][0] for n in self.ids}
+        ports = free_ports(size) if tls_dir else []
+        self.peer_addresses = {n: f"127.0.0.1:{p}" for n, p in zip(self.ids, ports)} if tls_dir \
             else self.addresses
         # With `front_ends`: every node's front end (broker/config.py), which
         # the routes then give clients.
@@ -68,7 +79,8 @@ class ProcessCluster:
         # (plus 160 MiB of index), preallocated, are 3.5 GB per cluster before
         # anything is written. Arguments given override these.
         self.extra_args = [*SMALL_NODE_FILES, *(extra_args or [])]
-        # node -> (member -> the address this node uses for it); None: real addresses.
+        # node -> (a peer's real address -> the address this node dials for
+        # it, a proxy); None: real addresses.
         self.routes: dict[str, dict[str, str]] | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.paused: set[str] = set()
@@ -79,36 +91,83 @@ class ProcessCluster:
 
     @property
     def peers(self) -> str:
-        return ",".join(f"{n}={a}" for n, a in self.peer_addresses.items())
+        return ",".join(f"{n}={self.peer_addresses[n]}" for n in self.ids)
 
     @property
     def advertised(self) -> str:
-        return ",".join(f"{n}={a}" for n, a in self.addresses.items())
+        return ",".join(f"{n}={self.addresses[n]}" for n in self.ids)
 
     def peers_of(self, node: str) -> str:
         """The --peers value node `node` starts with."""
         if node in self.joining:
             return ",".join(f"{n}={self.peer_addresses[n]}" for n in [*self.joining[node], node])
-        if self.routes is None:
-            return self.peers
-        return ",".join(f"{n}={a}" for n, a in self.routes[node].items())
+        return self.peers
 
     def add_node(self, node: str, members: list[str]) -> str:
         """Start a new server with --join, its --peers naming `members` (the
         group's current members) and itself, for `dledger member add`.
-        Returns its address."""
-        self.addresses[node] = f"127.0.0.1:{free_ports(1)[0]}"
+        Returns its address (its reserved one, if `node` is a spare)."""
+        self.addresses[node] = self.slots[node][0] if node in self.slots else f"127.0.0.1:{free_ports(1)[0]}"
         if self.tls_dir is not None:
             self.peer_addresses[node] = f"127.0.0.1:{free_ports(1)[0]}"
-        self.ids.append(node)
-        self.joining[node] = list(members)
+        if node not in self.ids:
+            self.ids.append(node)
+        self.joining[node] = [m for m in members if m != node]
         self.start(node)
         return self.addresses[node]
 
+    def move_node(self, node: str, members: list[str]) -> str:
+        """Start `node` again at its other reserved address, with --join and
+        whatever its data dir holds (the caller empties it for a new
+        machine), for `dledger member replace` under the same id. Returns
+        the new address."""
+        addresses = self.slots[node]
+        address = addresses[(addresses.index(self.addresses[node]) + 1) % len(addresses)]
+        self.addresses[node] = address
+        self.joining[node] = [m for m in members if m != node]
+        self.start(node)
+        return address
+
+    def forget_node(self, node: str) -> None:
+        """`node` left the group: stop it (SIGKILL) and delete its data; its
+        id and addresses may be used again by a later add_node."""
+        if node in self.procs:
+            self.kill(node)
+        if node in self.ids:
+            self.ids.remove(node)
+        self.joining.pop(node, None)
+        if node in self.slots:
+            self.addresses[node] = self.slots[node][0]
+        self.wipe(node)
+
+    def wipe(self, node: str) -> None:
+        """Delete a stopped node's data (a new disk), and what it recorded
+        for the harness about its old files."""
+        shutil.rmtree(self.base / node, ignore_errors=True)
+        (self.failpoints_dir(node) / failpoints.FLUSHED_POSITION).unlink(missing_ok=True)
+
+    def free_slots(self) -> list[str]:
+        return [n for n in self.slots if n not in self.ids]
+
+    @property
+    def peer_slots(self) -> dict[str, list[str]]:
+        """Every address peers may dial, per id (for the fault proxies): the
+        slots, or with mutual TLS the peers' own ports (no spares or second
+        addresses then: membership changes are not run secured)."""
+        if self.tls_dir is None:
+            return self.slots
+        return {n: [self.peer_addresses[n]] for n in self.ids}
+
+    @property
+    def every_address(self) -> list[str]:
+        """Every address a node of this cluster may listen on (for clients)."""
+        return [a for addresses in self.slots.values() for a in addresses]
+
     def start(self, node: str | None = None) -> None:
         for node_id in [node] if node else self.ids:
-            routing = [] if self.routes is None and self.tls_dir is None \
-                else ["--advertised-addresses", self.advertised]
+            routing = [] if self.tls_dir is None else ["--advertised-addresses", self.advertised]
+            if self.routes is not None:
+                routing += ["--peer-routes", ",".join(f"{a}={via}" for a, via in self.routes[node_id].items())]
             routing += self.tls_args(node_id)
             if self.front_ends:
                 routing += ["--front-ends", ",".join(f"{n}={a}" for n, a in self.front_ends.items())]
@@ -143,10 +202,12 @@ class ProcessCluster:
         (self.failpoints_dir(node) / name).touch()
 
     def kill(self, node: str) -> None:
-        proc = self.procs.pop(node)
+        proc = self.procs.pop(node, None)
+        self.paused.discard(node)
+        if proc is None:
+            return   # stopped already (by a membership change, say)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        self.paused.discard(node)
 
     def stop_node(self, node: str, timeout: float = 10.0) -> None:
         """SIGTERM: a clean stop (the node writes its checkpoint)."""

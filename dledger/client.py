@@ -62,6 +62,9 @@ LEADER_MOVED = frozenset({
     ResponseCode.LEADER_TRANSFERRING,
     ResponseCode.LEADER_NOT_READY,
     ResponseCode.TERM_NOT_READY,
+    # No leader can be elected without losing committed entries: tried again
+    # until the deadline (a node that holds them may come back), then raised.
+    ResponseCode.NO_INTACT_COPY,
 })
 # The request may or may not have been applied.
 OUTCOME_UNKNOWN = frozenset({
@@ -169,7 +172,7 @@ def node_status_row(address: str, metadata: pb.MetadataResponse | None,
             "id": known_id, "address": address, "pid": None, "role": "unreachable",
             "term": None, "leader_id": None, "ledger_begin_index": None,
             "ledger_end_index": None, "committed_index": None, "metrics_address": None,
-            "repairing": None, "repair_until": None,
+            "repairing": None, "repair_until": None, "no_intact_copy": None,
         }
     return {
         "id": metadata.self_id,
@@ -184,6 +187,8 @@ def node_status_row(address: str, metadata: pb.MetadataResponse | None,
         "metrics_address": metadata.metrics_address or None,
         "repairing": metadata.repairing,
         "repair_until": metadata.repair_until if metadata.repairing else None,
+        # Why no leader can be elected without losing committed entries.
+        "no_intact_copy": metadata.no_intact_copy or None,
     }
 
 
@@ -535,8 +540,38 @@ class DLedgerClient:
         """Remove a member (voter or learner); returns once the removal is committed."""
         return await self._change_membership(pb.REMOVE_MEMBER, member_id, "")
 
-    async def _change_membership(self, action: int, member_id: str, address: str, client_address: str = ""
-                                 ) -> list[dict[str, str]]:
+    async def move_member(self, member_id: str, address: str) -> list[dict[str, str]]:
+        """Give a member a new peer address under the same id and role (its
+        machine was replaced); returns once committed. The leader refuses
+        (ILLEGAL_MEMBER_STATE) while it still hears from the member at its
+        old address: tried again until the deadline, as a server that just
+        died is heard from until two election timeouts have passed."""
+        return await self._change_membership(pb.MOVE_MEMBER, member_id, address,
+                                             retry=MEMBERSHIP_RETRY | {ResponseCode.ILLEGAL_MEMBER_STATE})
+
+    async def replace_member(self, member_id: str, address: str, new_id: str = "",
+                             timeout_s: float = 60.0) -> list[dict[str, str]]:
+        """Replace a (dead) member by a server at `address`, one server at a
+        time. Without `new_id` (or with the same id) the member is moved:
+        one configuration entry, the voters unchanged, and the server at the
+        new address counts once it has caught up. With another id the new
+        server is added first (a learner, promoted once caught up), then the
+        old one removed, so the group never has fewer voters than before.
+        A retry after a failure carries on from where the group stands."""
+        if not new_id or new_id == member_id:
+            return await self.move_member(member_id, address)
+        members = {m["id"]: m for m in await self.members()}
+        if members.get(new_id, {}).get("role") != "voter":
+            await self.add_member(new_id, address, wait_for_voter=True, timeout_s=timeout_s)
+        elif members[new_id]["address"] != address:
+            raise DLedgerError(ResponseCode.UNEXPECTED_MEMBER,
+                               f"{new_id} is already a member at {members[new_id]['address']}, not {address}")
+        if member_id not in members and not any(m["id"] == member_id for m in await self.members()):
+            return await self.members()
+        return await self.remove_member(member_id)
+
+    async def _change_membership(self, action: int, member_id: str, address: str, client_address: str = "",
+                                 retry: frozenset[ResponseCode] = MEMBERSHIP_RETRY) -> list[dict[str, str]]:
         request = pb.ChangeMembershipRequest(header=self._header(), action=action, member_id=member_id,
                                              address=address, client_address=client_address)
         attempts = [0]
@@ -546,7 +581,7 @@ class DLedgerClient:
             return await stub.ChangeMembership(request, metadata=self._signed(), timeout=self.append_timeout_s)
 
         try:
-            response = await self._on_leader(call, MEMBERSHIP_RETRY)
+            response = await self._on_leader(call, retry)
         except DLedgerError as error:
             # A retried removal whose first attempt was applied after all.
             if action == pb.REMOVE_MEMBER and attempts[0] > 1 and error.code is ResponseCode.UNKNOWN_MEMBER:
@@ -640,6 +675,10 @@ class DLedgerClient:
             if all(a is None for a in answers.values()):
                 raise DLedgerError(ResponseCode.NETWORK_ERROR,
                                    f"no server reachable among {','.join(self.servers)}")
+            why = next((f"{a.self_id}: {a.no_intact_copy}" for a in answers.values()
+                        if a is not None and a.no_intact_copy), "")
+            if why:
+                raise DLedgerError(ResponseCode.NO_INTACT_COPY, why)
             raise DLedgerError(ResponseCode.NOT_LEADER, "no leader elected yet")
         self._set_leader(best[2], best[3])
 

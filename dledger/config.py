@@ -30,6 +30,21 @@ class PeerAddress:
         return f"{self.host}:{self.port}"
 
 
+def parse_routes(text: str) -> tuple[tuple[str, str], ...]:
+    """`HOST:PORT=HOST:PORT,...` (peer address = where to dial it)."""
+    routes: list[tuple[str, str]] = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        address, sep, via = item.partition("=")
+        for part in (address, via):
+            host, colon, port = part.strip().rpartition(":")
+            if not sep or not colon or not host or not port.isdigit():
+                raise ValueError(f"route {item!r}: expected HOST:PORT=HOST:PORT")
+        routes.append((address.strip(), via.strip()))
+    return tuple(routes)
+
+
 def parse_peers(text: str) -> list[PeerAddress]:
     """Parse `n0=127.0.0.1:20911,n1=...` (also DLedger's `n0-host:port;n1-...`)."""
     peers: list[PeerAddress] = []
@@ -153,6 +168,12 @@ class DLedgerConfig:
     # changes (a network disconnected and connected again) and lets a health
     # check ask 127.0.0.1. Empty: bind the peer address.
     listen_address: str = ""
+    # Where this node dials to reach a peer address, when not that address
+    # itself: (peer address, address to dial) pairs. The chaos harness puts a
+    # fault proxy on every link this way, while every node names the same
+    # addresses in --peers and configuration entries carry one address per
+    # member (dledger/membership.py).
+    peer_routes: tuple[tuple[str, str], ...] = ()
     # ---- served on the side, reported in Metadata
     metrics_address: str = ""
     # ---- membership (dledger/membership.py). `peers` is the configuration
@@ -210,6 +231,13 @@ class DLedgerConfig:
             if p.id == peer_id:
                 return p.address
         return self.address_of(peer_id)
+
+    def dial_address(self, address: str) -> str:
+        """The address to connect to for peer address `address` (peer_routes)."""
+        for peer_address, via in self.peer_routes:
+            if peer_address == address:
+                return via
+        return address
 
     @property
     def mutual_tls(self) -> bool:

@@ -29,7 +29,7 @@ from dledger.membership import MembershipLog
 from dledger.read_index import ReadIndex
 from dledger.status import ServerObserver
 from dledger.transport import Transport, TransportError
-from dledger.vote_rules import ParseResult, VoterView, decide_vote, tally_votes
+from dledger.vote_rules import ParseResult, VoterState, VoterView, decide_vote, no_intact_leader, tally_votes
 from dledger.waiting import wait_event
 from rpcgen import dledger_pb2 as pb
 
@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 # A transferee polls its own progress this often while taking leadership.
 TRANSFER_POLL_S = 0.01
+# Clients are refused with NO_INTACT_COPY while the vote round that found
+# it is at most this many (maximum) election timeouts old.
+NO_INTACT_FRESH_TIMEOUTS = 3
 
 
 class DLedgerLeaderElector:
@@ -67,6 +70,11 @@ class DLedgerLeaderElector:
         # Why this node must not lead now (DLedgerServer.leadership_vetoes).
         self.vetoes: list[Callable[[], str]] = []
         self._heartbeats: set[asyncio.Task[bool]] = set()
+        # What the last vote round learned of the voters that answered, and
+        # whether lost entries keep every reachable voter from leading.
+        self._round_states: list[VoterState] = []
+        self.no_intact_reason = ""
+        self.no_intact_at = float("-inf")
         self.read_index = ReadIndex(member_state, lambda: self.voter_peers, self._acks_needed, self._heartbeat,
                                     config.rpc_timeout_s)
         member_state.add_listener(self._on_role_change)
@@ -198,7 +206,9 @@ class DLedgerLeaderElector:
             # that lost its state while a cluster exists (it joins that one).
             # Others can.
             self.next_vote_at = now + self._election_timeout()
-            return self.next_vote_at - now
+            if ms.repairing and self.is_voter:
+                await self._probe()
+            return max(0.0, self.next_vote_at - self.clock.now())
         await self.campaign()
         return 0.0
 
@@ -215,10 +225,13 @@ class DLedgerLeaderElector:
         self.observer.on_election(term)
         log.info("campaigning in term %d (ledger end %d/%d)%s", term, self.store.ledger_end_index,
                  self.store.ledger_end_term, " for a leadership transfer" if transfer else "")
+        self._round_states = []
         answers = await self._ask_votes(term, pre_vote=False, transfer=transfer)
         if ms.role is not Role.CANDIDATE or ms.term != term:
             return
         result = tally_votes(term, self.quorum, answers)
+        if result.result is not ParseResult.PASSED:
+            self._diagnose()
         if result.result is ParseResult.PASSED and self._must_join():
             return
         if result.result is ParseResult.PASSED:
@@ -238,12 +251,14 @@ class DLedgerLeaderElector:
 
     async def _pre_vote(self) -> bool:
         ms = self.member_state
+        self._round_states = []
         answers = await self._ask_votes(ms.term + 1, pre_vote=True, transfer=False)
         if ms.role is not Role.CANDIDATE:
             return False
         result = tally_votes(ms.term, self.quorum, answers)
         if result.result is ParseResult.PASSED:
             return True
+        self._diagnose()
         self._lost(result.max_term, f"pre-vote for term {ms.term + 1}: {result.accepted} accepted, "
                                     f"{result.has_leader} see a leader, {result.bigger_ledger} have a longer log")
         return False
@@ -256,7 +271,8 @@ class DLedgerLeaderElector:
         log.info("%s; next try in %.0f ms", why, (self.next_vote_at - self.clock.now()) * 1000)
 
     async def _ask_votes(self, term: int, pre_vote: bool, transfer: bool) -> list[tuple[int, int]]:
-        """Ask every peer; stop as soon as a quorum granted or all answered."""
+        """Ask every peer; stop as soon as a quorum granted or all answered.
+        Each answer's voter state goes to `_round_states` too."""
         ms = self.member_state
         tasks = [asyncio.ensure_future(self._ask_vote(peer, term, pre_vote, transfer)) for peer in self.voter_peers]
         answers: list[tuple[int, int]] = []
@@ -285,13 +301,45 @@ class DLedgerLeaderElector:
         request = pb.VoteRequest(
             header=pb.Header(group=self.config.group, remote_id=peer, local_id=self.config.self_id, term=term),
             ledger_end_index=store.ledger_end_index, ledger_end_term=store.ledger_end_term,
-            pre_vote=pre_vote, leadership_transfer=transfer, cluster_id=self.member_state.cluster_id)
+            pre_vote=pre_vote, leadership_transfer=transfer, cluster_id=self.member_state.cluster_id,
+            incarnation=self.membership.incarnation_of(self.config.self_id))
         try:
             response = await self.transport.vote(peer, request, self.config.rpc_timeout_s)
         except TransportError:
             return None
         self.member_state.see_cluster(response.cluster_id)
+        self._round_states.append(VoterState(
+            peer, (response.ledger_end_term, response.ledger_end_index), response.repairing,
+            (response.repair_term, response.repair_until) if response.repairing and response.repair_until >= 0
+            else None))
         return response.result, response.header.term
+
+    # ---------------------------------------------------- no intact leader
+    def _diagnose(self) -> None:
+        """After a vote round that elected nobody: whether voters that lost
+        committed entries refuse every reachable candidate (vote_rules.no_intact_leader)."""
+        ms, store = self.member_state, self.store
+        me = VoterState(ms.self_id, (store.ledger_end_term, store.ledger_end_index), ms.repairing, ms.repair_floor)
+        reason = no_intact_leader(self.membership.current.voters, [me, *self._round_states])
+        if reason and reason != self.no_intact_reason:
+            log.error("%s", reason)
+        self.no_intact_reason, self.no_intact_at = reason, self.clock.now()
+
+    def no_intact_copy(self) -> str:
+        """The reason clients are refused with NO_INTACT_COPY, while it is
+        fresh (a round within the last few election timeouts) and no leader
+        has been heard since; "" otherwise."""
+        fresh = self.clock.now() - self.no_intact_at <= NO_INTACT_FRESH_TIMEOUTS * self.config.election_timeout_max_s
+        return self.no_intact_reason if fresh and not self.member_state.leader_id else ""
+
+    async def _probe(self) -> None:
+        """A repairing voter never campaigns, but asks the others what a
+        pre-vote would (it changes nothing anywhere), to learn whether any
+        of them can lead: clients then hear why nobody does."""
+        self._round_states = []
+        await self._ask_votes(self.member_state.term + 1, pre_vote=True, transfer=False)
+        if self.member_state.role is Role.CANDIDATE:
+            self._diagnose()
 
     # ------------------------------------------------------------ heartbeats
     def _send_heartbeats(self) -> None:
@@ -361,7 +409,8 @@ class DLedgerLeaderElector:
         ms.see_cluster(request.cluster_id)
         decision = decide_vote(view, header.local_id, header.term, request.ledger_end_term,
                                request.ledger_end_index, request.pre_vote, request.leadership_transfer,
-                               request.cluster_id)
+                               request.cluster_id, request.incarnation,
+                               self.membership.incarnation_of(header.local_id))
         if decision.adopt_term:
             ms.adopt_term(header.term)
         if decision.grant:
@@ -375,9 +424,12 @@ class DLedgerLeaderElector:
                      f" repair floor {view.repair_floor})" if view.repairing else "")
             log.info("%svote for %s in term %d: %s%s", "pre-" if request.pre_vote else "",
                      header.local_id, header.term, decision.reason, floor)
+        floor_term = view.repair_floor[0] if view.repair_floor else -1
         return pb.VoteResponse(header=pb.Header(code=ResponseCode.SUCCESS), result=decision.result,
                                ledger_end_index=store.ledger_end_index, ledger_end_term=store.ledger_end_term,
-                               cluster_id=ms.cluster_id)
+                               cluster_id=ms.cluster_id, repairing=ms.repairing,
+                               repair_until=ms.repair_until if ms.repairing else -1,
+                               repair_term=floor_term if ms.repairing else -1)
 
     # ------------------------------------------------------ leadership transfer
     async def transfer_leadership(self, transferee: str) -> None:

@@ -59,6 +59,10 @@ class ResponseCode(IntEnum):
     # UNAUTHENTICATED), or its ACLs do not allow the call (PERMISSION_DENIED).
     UNAUTHENTICATED = 433
     FORBIDDEN = 434
+    # No leader can be elected because voters lost committed entries (a
+    # damaged disk, a lost one) and no reachable node holds them intact: the
+    # group refuses to serve rather than invent them (dledger/vote_rules.py).
+    NO_INTACT_COPY = 435
 
     @classmethod
     def of(cls, value: int) -> "ResponseCode":

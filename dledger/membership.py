@@ -18,6 +18,13 @@ overlapping majorities, so no joint consensus is needed. The rules:
   its own term has a committed entry (the NOOP), and only one server
   differs. A new server joins as a learner; the leader promotes it to voter
   with a second entry once it has caught up.
+- A move gives a member a new address under its id and role (its machine
+  was replaced): the voters do not change, so it is a change of no server
+  at all as far as majorities go. The server at the new address is a new
+  *incarnation* of the member (it may hold nothing yet, and counts once it
+  has caught up, as any node with a new disk); vote requests from an
+  earlier incarnation are refused, so the old process, should it come
+  back, cannot vote a second time under the same id.
 
 `MembershipLog` follows the store: the store calls it when a configuration
 entry is written and when a truncate drops entries; the commit index folds
@@ -29,7 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from dledger.config import DLedgerConfig, PeerAddress
@@ -56,6 +63,10 @@ class Member:
     # Where clients reach it, when not at `address` (given to `member add`
     # under mutual TLS, where peers have ports of their own); "": `address`.
     client_address: str = ""
+    # Raised each time the member is moved to a new address: the server
+    # there is a new one under the same id, and a vote request from an
+    # earlier incarnation (the old process, should it still run) is refused.
+    incarnation: int = 0
 
     @property
     def is_voter(self) -> bool:
@@ -107,8 +118,15 @@ class Membership:
         return Membership(self.members + (Member(member_id, address, LEARNER, client_address),))
 
     def promoted(self, member_id: str) -> "Membership":
-        return Membership(tuple(Member(m.id, m.address, VOTER, m.client_address) if m.id == member_id else m
-                                for m in self.members))
+        return Membership(tuple(replace(m, role=VOTER) if m.id == member_id else m for m in self.members))
+
+    def moved(self, member_id: str, address: str) -> "Membership":
+        return Membership(tuple(replace(m, address=address, incarnation=m.incarnation + 1) if m.id == member_id
+                                else m for m in self.members))
+
+    def incarnation_of(self, member_id: str) -> int:
+        member = self.get(member_id)
+        return member.incarnation if member else 0
 
     def without(self, member_id: str) -> "Membership":
         return Membership(tuple(m for m in self.members if m.id != member_id))
@@ -121,7 +139,8 @@ class Membership:
     def from_json(cls, data: bytes | str) -> "Membership":
         value = json.loads(data)
         members = tuple(Member(str(m["id"]), str(m["address"]), str(m.get("role", VOTER)),
-                               str(m.get("clientAddress", ""))) for m in value["members"])
+                               str(m.get("clientAddress", "")), int(m.get("incarnation", 0)))
+                        for m in value["members"])
         for m in members:
             if m.role not in ROLES:
                 raise ValueError(f"member {m.id!r}: unknown role {m.role!r}")
@@ -169,6 +188,34 @@ def plan_add(current: Membership, member_id: str, address: str, client_address: 
         if m.address == address:
             raise DLedgerError(ResponseCode.UNEXPECTED_MEMBER, f"{m.id} already uses the address {address}")
     return current.with_learner(member_id, address, client_address)
+
+
+def plan_move(current: Membership, member_id: str, address: str, leader_id: str,
+              heard_from_s: float | None, silent_needed_s: float) -> Membership | None:
+    """The configuration that gives `member_id` a new address (same id, same
+    role, a new incarnation); None when it is already there (a retry).
+    `heard_from_s`: how long ago the leader last heard from it (None: never
+    in this term). A member that still answers at its old address is not
+    moved: two processes under one id could each vote once in a term."""
+    check_address(address)
+    member = current.get(member_id)
+    if member is None:
+        raise DLedgerError(ResponseCode.UNKNOWN_MEMBER,
+                           f"{member_id!r} is not a member (members: {', '.join(current.ids)}); add it instead")
+    if member.address == address:
+        return None
+    for m in current.members:
+        if m.address == address:
+            raise DLedgerError(ResponseCode.UNEXPECTED_MEMBER, f"{m.id} already uses the address {address}")
+    if member_id == leader_id:
+        raise DLedgerError(ResponseCode.UNEXPECTED_MEMBER,
+                           f"{member_id} is the leader: transfer leadership to another voter, stop {member_id}, "
+                           f"then move it")
+    if heard_from_s is not None and heard_from_s < silent_needed_s:
+        raise DLedgerError(ResponseCode.ILLEGAL_MEMBER_STATE,
+                           f"{member_id} still answers at {member.address} (last heard {heard_from_s:.1f} s ago): "
+                           f"stop it before moving it, or it would run twice under one id")
+    return current.moved(member_id, address)
 
 
 def plan_remove(current: Membership, member_id: str) -> Membership:
@@ -246,6 +293,13 @@ class MembershipLog:
         for _, membership in self.history:
             ids.update(dict.fromkeys(membership.ids))
         return [i for i in ids if i != self.config.self_id]
+
+    def incarnation_of(self, member_id: str) -> int:
+        """The member's incarnation in the newest configuration that names it."""
+        for _, membership in reversed(self.history):
+            if membership.get(member_id):
+                return membership.incarnation_of(member_id)
+        return self.committed.incarnation_of(member_id)
 
     def address_of(self, member_id: str) -> str:
         for _, membership in reversed(self.history):
@@ -327,8 +381,13 @@ class MembershipLog:
             listener(self.current)
 
 
-def _member_json(member: Member) -> dict[str, str]:
-    data = {"id": member.id, "address": member.address, "role": member.role}
+def _member_json(member: Member) -> dict[str, object]:
+    """A member as configuration entries hold it. "clientAddress" and
+    "incarnation" only when set: until then the entries stay what earlier
+    versions wrote (and read)."""
+    data: dict[str, object] = {"id": member.id, "address": member.address, "role": member.role}
     if member.client_address:
         data["clientAddress"] = member.client_address
+    if member.incarnation:
+        data["incarnation"] = member.incarnation
     return data

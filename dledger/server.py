@@ -21,7 +21,8 @@ from dledger.entry import CHANNEL_LOG_API, MAGIC_CONFIG_CHANGE, USER_MAGICS, DLe
 from dledger.producer_table import check_producer_request
 from dledger.errors import CorruptLogError, DLedgerError, ResponseCode
 from dledger.member_state import MemberState, Role
-from dledger.membership import Membership, MembershipLog, check_can_change, plan_add, plan_remove
+from dledger.membership import (Membership, MembershipLog, check_can_change, plan_add, plan_move,
+                                plan_remove)
 from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
 from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
 from dledger.loop_lag import LoopLagMonitor
@@ -36,6 +37,10 @@ log = logging.getLogger(__name__)
 
 # A Read stream sends batches of about this many bytes unless asked otherwise.
 DEFAULT_READ_BATCH_BYTES = 1 << 20
+# A member is moved to a new address only once the leader has not heard from
+# it for this many (maximum) election timeouts: a live one answers every
+# heartbeat interval.
+MOVE_SILENCE_ELECTION_TIMEOUTS = 2
 
 
 class DLedgerServer:
@@ -238,8 +243,13 @@ class DLedgerServer:
 
     def _not_leader(self) -> DLedgerError:
         ms = self.member_state
+        if not ms.leader_id and self.elector is not None and (reason := self.elector.no_intact_copy()):
+            # Not "no leader yet": none can be elected without losing data.
+            return DLedgerError(ResponseCode.NO_INTACT_COPY, reason)
         who = f"the leader is {ms.leader_id} at {ms.leader_address}" if ms.leader_id else "no leader is known yet"
-        return DLedgerError(ResponseCode.NOT_LEADER, f"{self.config.self_id} is not the leader; {who}",
+        repairing = (f"; this node is repairing its log up to entry {ms.repair_until} and cannot lead until then"
+                     if ms.repairing else "")
+        return DLedgerError(ResponseCode.NOT_LEADER, f"{self.config.self_id} is not the leader; {who}{repairing}",
                             leader_id=ms.leader_id, leader_address=ms.leader_address)
 
     # ---------------------------------------------------------- membership
@@ -260,12 +270,23 @@ class DLedgerServer:
                 return -1, current
         elif action == pb.REMOVE_MEMBER:
             planned = plan_remove(current, member_id)
+        elif action == pb.MOVE_MEMBER:
+            planned = plan_move(current, member_id, address, self.config.self_id, self._silent_for(member_id),
+                                MOVE_SILENCE_ELECTION_TIMEOUTS * self.config.election_timeout_max_s)
+            if planned is None:
+                return -1, current
         else:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"unknown membership action {action}")
         log.info("membership change requested: %s %s; from %s to %s", pb.MembershipAction.Name(action),
                  member_id, current.describe(), planned.describe())
         first, _, _ = await pusher.append_config(planned)
         return first, planned
+
+    def _silent_for(self, member_id: str) -> float:
+        """How long this leader has not heard from `member_id` (at most since it leads)."""
+        assert self.elector is not None
+        elector = self.elector
+        return self.clock.now() - elector.last_contact.get(member_id, elector.leader_since)
 
     async def handle_change_membership(self, request: pb.ChangeMembershipRequest) -> pb.ChangeMembershipResponse:
         self.check_group(request.header)
@@ -433,6 +454,12 @@ class DLedgerServer:
         if end > committed:
             raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
                                f"end {end} is above the committed index {committed}")
+        if self.member_state.repairing and end > store.ledger_end_index:
+            # Its log was cut before a damaged entry: say so rather than
+            # answer a shorter range as if it were all.
+            raise DLedgerError(ResponseCode.CORRUPT_LOG,
+                               f"{self.config.self_id} lost entries {store.ledger_end_index + 1}..{end} (damaged "
+                               f"on its disk) and is repairing them from the leader: read them from another node")
         batch_bytes = request.max_batch_bytes if request.max_batch_bytes > 0 else DEFAULT_READ_BATCH_BYTES
         return self._read_batches(start, end, batch_bytes, request.include_system, confirmed)
 
@@ -464,6 +491,7 @@ class DLedgerServer:
             committed_index=s.committed_index, flushed_index=s.flushed_index, pid=pid,
             metrics_address=metrics_address, cluster_id=self.member_state.cluster_id,
             repairing=s.repairing, repair_until=s.repair_until,
+            no_intact_copy=self.elector.no_intact_copy() if self.elector is not None else "",
             peers=[pb.PeerState(id=p.id, address=p.address, watermark=p.watermark, lag=p.lag, role=p.role)
                    for p in s.peers])
 

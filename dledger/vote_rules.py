@@ -53,11 +53,20 @@ def log_is_up_to_date(cand_end_term: int, cand_end_index: int, my_end_term: int,
 
 def decide_vote(view: VoterView, candidate_id: str, term: int, ledger_end_term: int,
                 ledger_end_index: int, pre_vote: bool, leadership_transfer: bool,
-                candidate_cluster_id: str = "") -> VoteDecision:
+                candidate_cluster_id: str = "", candidate_incarnation: int = 0,
+                known_incarnation: int = 0) -> VoteDecision:
+    """`known_incarnation`: the candidate's incarnation in this voter's
+    configuration (raised when the member was moved to a new address);
+    `candidate_incarnation`: the one the candidate knows itself by."""
     if candidate_id not in view.peer_ids:
         return VoteDecision(pb.REJECT_UNKNOWN_LEADER)
     if candidate_id == view.self_id:
         return VoteDecision(pb.REJECT_UNEXPECTED_LEADER)
+    # An earlier incarnation: the process the member was moved away from,
+    # still running (it was cut off when the move happened). The new server
+    # under its id may vote in this term too: one id, two votes.
+    if candidate_incarnation < known_incarnation:
+        return VoteDecision(pb.REJECT_MOVED)
     if view.cluster_id and candidate_cluster_id and view.cluster_id != candidate_cluster_id:
         return VoteDecision(pb.REJECT_OTHER_CLUSTER)
     # A node that repairs its log lacks entries it once acknowledged: judged
@@ -148,3 +157,45 @@ def tally_votes(term: int, quorum: int, answers: list[tuple[int, int]]) -> Tally
     else:
         outcome = ParseResult.WAIT_TO_REVOTE
     return Tally(outcome, accepted, len(answers) + 1, max_term, bigger_ledger, has_leader)
+
+
+@dataclass(frozen=True)
+class VoterState:
+    """A voter as a vote round saw it (this node, or a peer's answer)."""
+    id: str
+    log_end: tuple[int, int]                 # (term, index) of its last entry
+    repairing: bool = False
+    # While repairing: the (term, index) of the log it had before losing
+    # entries, which a candidate must reach; None: it lost its disk.
+    floor: tuple[int, int] | None = None
+
+
+def no_intact_leader(voters: list[str], states: list[VoterState]) -> str:
+    """Why no reachable voter can be elected because voters lost committed
+    entries (damaged on their disks, or a lost disk), or "" when one can (or
+    nobody lost anything: then no leader is just an election or a partition).
+
+    A repairing voter votes only for a candidate whose log reaches its floor,
+    and cannot lead itself; a healthy voter may lead if its log reaches every
+    floor. When no reachable healthy voter does, the entries up to the
+    highest floor are held intact by no reachable node: the group refuses to
+    serve rather than elect a leader without them (docs/log.md)."""
+    seen = {s.id: s for s in states if s.id in voters}
+    damaged = [s for s in seen.values() if s.repairing]
+    if not damaged:
+        return ""
+    floors = [s.floor for s in damaged if s.floor is not None]
+    highest = max(floors, default=None)
+    healthy = [s for s in seen.values() if not s.repairing]
+    if any(highest is None or s.log_end >= highest for s in healthy):
+        return ""
+    lost = ", ".join(f"{s.id} (up to entry {s.floor[1]}, term {s.floor[0]})" if s.floor else f"{s.id} (its disk)"
+                     for s in sorted(damaged, key=lambda s: s.id))
+    short = ", ".join(f"{s.id} ends at entry {s.log_end[1]}" for s in sorted(healthy, key=lambda s: s.id))
+    unreachable = sorted(set(voters) - set(seen))
+    what = f"entries up to {highest[1]} (term {highest[0]})" if highest else "the committed entries"
+    return (f"no reachable voter holds {what} intact: {lost} lost entries (damaged or a lost disk) and repair"
+            + (f"; {short}" if short else "")
+            + (f"; unreachable: {', '.join(unreachable)}" if unreachable else "")
+            + ". The group elects no leader, and so serves nothing, rather than lose committed entries: "
+              "bring back a node that holds them, or restore one from a backup")

@@ -25,6 +25,7 @@ class VoteResult(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REJECT_NOT_JOINED: _ClassVar[VoteResult]
     REJECT_OTHER_CLUSTER: _ClassVar[VoteResult]
     REJECT_NOT_VOTER: _ClassVar[VoteResult]
+    REJECT_MOVED: _ClassVar[VoteResult]
 
 class PushType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -39,6 +40,7 @@ class MembershipAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MEMBERSHIP_ACTION_UNKNOWN: _ClassVar[MembershipAction]
     ADD_MEMBER: _ClassVar[MembershipAction]
     REMOVE_MEMBER: _ClassVar[MembershipAction]
+    MOVE_MEMBER: _ClassVar[MembershipAction]
 VOTE_UNKNOWN: VoteResult
 ACCEPT: VoteResult
 REJECT_UNKNOWN_LEADER: VoteResult
@@ -55,6 +57,7 @@ REJECT_REPAIRING: VoteResult
 REJECT_NOT_JOINED: VoteResult
 REJECT_OTHER_CLUSTER: VoteResult
 REJECT_NOT_VOTER: VoteResult
+REJECT_MOVED: VoteResult
 PUSH_UNKNOWN: PushType
 APPEND: PushType
 COMMIT: PushType
@@ -63,6 +66,7 @@ TRUNCATE: PushType
 MEMBERSHIP_ACTION_UNKNOWN: MembershipAction
 ADD_MEMBER: MembershipAction
 REMOVE_MEMBER: MembershipAction
+MOVE_MEMBER: MembershipAction
 
 class Header(_message.Message):
     __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "message", "leader_address")
@@ -85,34 +89,42 @@ class Header(_message.Message):
     def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., message: _Optional[str] = ..., leader_address: _Optional[str] = ...) -> None: ...
 
 class VoteRequest(_message.Message):
-    __slots__ = ("header", "ledger_end_index", "ledger_end_term", "pre_vote", "leadership_transfer", "cluster_id")
+    __slots__ = ("header", "ledger_end_index", "ledger_end_term", "pre_vote", "leadership_transfer", "cluster_id", "incarnation")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
     LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
     PRE_VOTE_FIELD_NUMBER: _ClassVar[int]
     LEADERSHIP_TRANSFER_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     header: Header
     ledger_end_index: int
     ledger_end_term: int
     pre_vote: bool
     leadership_transfer: bool
     cluster_id: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., pre_vote: _Optional[bool] = ..., leadership_transfer: _Optional[bool] = ..., cluster_id: _Optional[str] = ...) -> None: ...
+    incarnation: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., pre_vote: _Optional[bool] = ..., leadership_transfer: _Optional[bool] = ..., cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ...) -> None: ...
 
 class VoteResponse(_message.Message):
-    __slots__ = ("header", "result", "ledger_end_index", "ledger_end_term", "cluster_id")
+    __slots__ = ("header", "result", "ledger_end_index", "ledger_end_term", "cluster_id", "repairing", "repair_until", "repair_term")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
     LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    REPAIRING_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_TERM_FIELD_NUMBER: _ClassVar[int]
     header: Header
     result: VoteResult
     ledger_end_index: int
     ledger_end_term: int
     cluster_id: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., result: _Optional[_Union[VoteResult, str]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
+    repairing: bool
+    repair_until: int
+    repair_term: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., result: _Optional[_Union[VoteResult, str]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., cluster_id: _Optional[str] = ..., repairing: _Optional[bool] = ..., repair_until: _Optional[int] = ..., repair_term: _Optional[int] = ...) -> None: ...
 
 class HeartBeatRequest(_message.Message):
     __slots__ = ("header", "committed_index", "cluster_id")
@@ -371,7 +383,7 @@ class PeerState(_message.Message):
     def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., watermark: _Optional[int] = ..., lag: _Optional[int] = ..., role: _Optional[str] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
-    __slots__ = ("header", "group", "self_id", "role", "term", "leader_id", "leader_address", "ledger_begin_index", "ledger_end_index", "committed_index", "peers", "pid", "metrics_address", "flushed_index", "ledger_end_term", "cluster_id", "repairing", "repair_until")
+    __slots__ = ("header", "group", "self_id", "role", "term", "leader_id", "leader_address", "ledger_begin_index", "ledger_end_index", "committed_index", "peers", "pid", "metrics_address", "flushed_index", "ledger_end_term", "cluster_id", "repairing", "repair_until", "no_intact_copy")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     SELF_ID_FIELD_NUMBER: _ClassVar[int]
@@ -390,6 +402,7 @@ class MetadataResponse(_message.Message):
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     REPAIRING_FIELD_NUMBER: _ClassVar[int]
     REPAIR_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    NO_INTACT_COPY_FIELD_NUMBER: _ClassVar[int]
     header: Header
     group: str
     self_id: str
@@ -408,7 +421,8 @@ class MetadataResponse(_message.Message):
     cluster_id: str
     repairing: bool
     repair_until: int
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., ledger_begin_index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[PeerState, _Mapping]]] = ..., pid: _Optional[int] = ..., metrics_address: _Optional[str] = ..., flushed_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., cluster_id: _Optional[str] = ..., repairing: _Optional[bool] = ..., repair_until: _Optional[int] = ...) -> None: ...
+    no_intact_copy: str
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., ledger_begin_index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[PeerState, _Mapping]]] = ..., pid: _Optional[int] = ..., metrics_address: _Optional[str] = ..., flushed_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., cluster_id: _Optional[str] = ..., repairing: _Optional[bool] = ..., repair_until: _Optional[int] = ..., no_intact_copy: _Optional[str] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("id", "address", "role", "client_address")

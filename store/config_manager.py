@@ -126,9 +126,11 @@ class ConfigManager(ABC):
 
     def capture(self) -> Capture:
         """The state as of now, for encoding later, maybe in a worker thread.
-        Runs on the event loop, so it must be cheap for a big state (a copy of
-        its dicts); what it returns must not read the live state. This default
-        encodes at once: right for small state."""
+        Runs on the event loop, so it must be cheap for a big state (a copy
+        of its dicts, or a capture that journals later changes:
+        store/captured_dict.py); what it returns must give the state as of
+        now however the live state changes meanwhile. This default encodes at
+        once: right for small state."""
         data = self.encode()
         return lambda: data
 

@@ -7,11 +7,13 @@ follower reset to the leader's first retained entry) would never learn of
 the topic. So the leader periodically writes a METADATA_SNAPSHOT entry
 holding the state of every manager as of an entry it has applied: `asOf`.
 
-Writes are not held while it does: the capture (copies of dicts, on the
-event loop, tens of ms for a million leases) is one synchronous step, so the
-state is exactly that of entry asOf; the encoding then runs in a worker
-thread (0.4 s for a million leases) while entries go on landing, and the
-snapshot is appended after them, at some index > asOf. Entries between asOf
+Writes are not held while it does: the capture is one synchronous step on
+the event loop, so the state is exactly that of entry asOf, and a cheap one
+(the pop state begins a capture that journals later changes and copies
+nothing: store/captured_dict.py; small managers encode at once); the
+copying and encoding then run in a worker thread (about a second for a
+million leases) while entries go on landing, and the snapshot is appended
+after them, at some index > asOf. Entries between asOf
 and the snapshot are thus not in it. Two designs keep every replica equal:
 hold those entries back on a replica until it meets the snapshot (it cannot
 know one is coming), or re-apply them after adopting it. We re-apply:

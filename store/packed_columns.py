@@ -19,6 +19,8 @@ from array import array
 from itertools import accumulate
 from typing import Any, Sequence
 
+from store.slices import breathe
+
 # Fast deflate: the columns are mostly small repeated differences, which even
 # the fastest level shrinks about thirtyfold.
 _LEVEL = 1
@@ -38,6 +40,7 @@ def pack_ints(values: Sequence[int], delta: bool = False) -> str:
         if delta and part:
             part, previous = list(map(operator.sub, part, [previous, *part[:-1]])), part[-1]
         column.extend(part)
+        breathe()
     if sys.byteorder == "big":
         column.byteswap()
     return _deflate(column.tobytes())
@@ -64,6 +67,7 @@ def unpack_ints(text: str, count: int, delta: bool = False) -> list[int]:
             part = list(accumulate(part, initial=total))[1:]
             total = part[-1] if part else total
         values.extend(part)
+        breathe()
     return values
 
 

@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Callable, Iterator
 
+from store.captured_dict import Captures, DictCapture
+from store.slices import map_in_slices
 from store.config_manager import Capture, ConfigManager
 from store.packed_columns import pack_ints, pack_json, unpack_ints, unpack_json
 from store.system_entry import SystemKind
@@ -98,12 +100,16 @@ class Lease:
 class PopQueue:
     """One (group, topic, queue)'s pop state; see the module doc."""
 
-    __slots__ = ("pop_offset", "in_flight", "blocked", "_deadlines", "_expired", "_exhausted", "_max_attempts")
+    __slots__ = ("pop_offset", "in_flight", "blocked", "_deadlines", "_expired", "_exhausted", "_max_attempts",
+                 "_lease_captures", "_blocked_captures")
 
     def __init__(self, pop_offset: int) -> None:
         self.pop_offset = pop_offset
         self.in_flight: dict[int, Lease] = {}
         self.blocked: dict[int, str] = {}
+        # Captures of the two dicts begun and not yet copied; see begin_capture.
+        self._lease_captures = Captures()
+        self._blocked_captures = Captures()
         # Derived, not replicated: a heap of (deadline, offset, lease) with
         # stale entries skipped lazily, and the leases found expired so far,
         # in the order found, split into those a receive may deliver again
@@ -130,6 +136,8 @@ class PopQueue:
 
     # -------------------------------------------------------------- changes
     def grant(self, offset: int, lease: Lease) -> None:
+        if self._lease_captures:
+            self._lease_captures.before_change(offset)
         self.in_flight[offset] = lease
         self._expired.pop(offset, None)
         self._exhausted.pop(offset, None)
@@ -146,6 +154,7 @@ class PopQueue:
         one heapify instead of a push per lease, except in a worker thread,
         where one heapify of a million would hold the GIL (and so the event
         loop) for 50-200 ms, and a push per lease lets it run between them."""
+        self._lease_captures.clear()   # they hold the old dict, which nothing changes any more
         self.in_flight = in_flight
         self._expired, self._exhausted = {}, {}
         deadlines = [(lease.deadline_ms, offset, lease.lease) for offset, lease in in_flight.items()]
@@ -162,10 +171,32 @@ class PopQueue:
         lease = self.in_flight.get(offset)
         if lease is None or lease.lease != lease_id:
             return None
+        if self._lease_captures:
+            self._lease_captures.before_change(offset)
         del self.in_flight[offset]
         self._expired.pop(offset, None)
         self._exhausted.pop(offset, None)
         return lease
+
+    def block(self, offset: int, message_group: str) -> None:
+        if self._blocked_captures:
+            self._blocked_captures.before_change(offset)
+        self.blocked[offset] = message_group
+
+    def unblock(self, offset: int) -> str | None:
+        """Let a blocked offset go; its message group, or None if it was not blocked."""
+        if offset not in self.blocked:
+            return None
+        if self._blocked_captures:
+            self._blocked_captures.before_change(offset)
+        return self.blocked.pop(offset)
+
+    # ------------------------------------------------------------ captures
+    def begin_capture(self) -> QueueCapture:
+        """The queue as of now, copied later (maybe in a worker thread) while
+        it goes on changing: O(1) here (store/captured_dict.py)."""
+        return QueueCapture(self.pop_offset, self._lease_captures.begin(self.in_flight),
+                            self._blocked_captures.begin(self.blocked))
 
     # ------------------------------------------------------------- queries
     def expired(self, now_ms: int, max_attempts: int, first_retained: int = 0,
@@ -230,6 +261,20 @@ class PopQueue:
                 return deadline
             heapq.heappop(heap)
         return None
+
+
+@dataclass(slots=True)
+class QueueCapture:
+    """One queue as of `begin_capture`: its frontier, and its leases and
+    blocked offsets to be copied (`read`, once, maybe in a worker thread)."""
+    pop_offset: int
+    in_flight: DictCapture[int, Lease]
+    blocked: DictCapture[int, str]
+
+    def read(self) -> tuple[int, list[int], list[Lease], dict[int, str]]:
+        """(pop offset, the leased offsets in order, their leases, blocked offsets)."""
+        offsets, leases = self.in_flight.sorted_items()
+        return self.pop_offset, offsets, leases, self.blocked.copy()
 
 
 # ===================================================================== ops
@@ -575,7 +620,7 @@ class PopStateManager(ConfigManager):
                 queue.grant(offset, Lease(index, op.deadline_ms, 1, groups[i] if groups is not None else None))
                 granted.append((op.queue_id, offset))
             for offset, message_group in op.blocked:
-                queue.blocked[offset] = message_group
+                queue.block(offset, message_group)
         for offset, expired_lease, attempt in op.redo:
             lease = queue.in_flight.get(offset)
             if lease is not None and lease.lease == expired_lease:
@@ -583,12 +628,12 @@ class PopStateManager(ConfigManager):
                 self._record_end(key, offset, expired_lease, LeaseEnd(REDELIVERED, index))
                 granted.append((op.queue_id, offset))
         for offset in op.unblock:
-            message_group = queue.blocked.pop(offset, None)
+            message_group = queue.unblock(offset)
             if message_group is not None:
                 queue.grant(offset, Lease(index, op.deadline_ms, 1, message_group))
                 granted.append((op.queue_id, offset))
         for offset in op.dropped:
-            queue.blocked.pop(offset, None)
+            queue.unblock(offset)
         for offset, expired_lease in op.filtered:
             if queue.release(offset, expired_lease) is not None:
                 self._record_end(key, offset, expired_lease, LeaseEnd(FILTERED))
@@ -640,18 +685,18 @@ class PopStateManager(ConfigManager):
 
     # --------------------------------------------------------------- files
     def capture(self) -> Capture:
-        # Only copies of the dicts (in C) on the event loop: a lease is
-        # replaced, never changed, so the copies hold the state as of now
-        # while a worker thread encodes them (a million leases: ~35 ms here
-        # against seconds for the whole encoding). dict.copy, not dict():
-        # after acks have left holes in a dict, dict() re-inserts every
-        # entry (70 ms for a million here) where copy clones it (48 ms).
-        queues = sorted(((key, queue.pop_offset, queue.in_flight.copy(), queue.blocked.copy())
-                         for key, queue in self.queues.items()), key=lambda item: item[0])
+        # Nothing is copied on the event loop: each queue begins a capture
+        # (O(1)) that journals what changes from now on, and the worker
+        # thread that encodes copies the leases in slices and puts the
+        # journalled values back (store/captured_dict.py). The copy of a
+        # million leases took the loop 35-130 ms with dict.copy.
+        queues = sorted(((key, queue.begin_capture()) for key, queue in self.queues.items()),
+                        key=lambda item: item[0])
         # Receives by attempt id are state too (derived from the ops, in log
         # order): a node restarted from this file must answer a retry alike.
+        # At most ATTEMPT_CACHE_SIZE of them: copied here.
         recent = list(self._recent.items())
-        return lambda: {"popQueues": [_encode_queue(*item) for item in queues],
+        return lambda: {"popQueues": [_encode_queue(key, *capture.read()) for key, capture in queues],
                         "recentReceives": [[group, attempt_id, r.index, r.topic, [list(o) for o in r.offsets]]
                                            for (group, attempt_id), r in recent]}
 
@@ -751,12 +796,11 @@ def _build(data: dict[str, Any], in_worker: bool) -> _State:
     return queues, by_subscription, recent
 
 
-def _encode_queue(key: QueueKey, pop_offset: int, in_flight: dict[int, Lease], blocked: dict[int, str]
+def _encode_queue(key: QueueKey, pop_offset: int, offsets: list[int], leases: list[Lease], blocked: dict[int, str]
                   ) -> dict[str, Any]:
-    """One queue's entry in popState.json, leases as packed columns in offset order."""
+    """One queue's entry in popState.json, leases as packed columns in
+    offset order (`offsets` sorted, `leases` theirs)."""
     group, topic, queue_id = key
-    offsets = _sorted_keys(in_flight)
-    leases = _sliced_map(in_flight.__getitem__, offsets)
     packed: dict[str, Any] = {
         "count": len(offsets), "offsets": pack_ints(offsets, delta=True),
         "leases": pack_ints(_sliced_map(attrgetter("lease"), leases), delta=True),
@@ -769,34 +813,7 @@ def _encode_queue(key: QueueKey, pop_offset: int, in_flight: dict[int, Lease], b
             "blocked": [[offset, message_group] for offset, message_group in sorted(blocked.items())]}
 
 
-def _sliced_map(function: Callable[[Any], Any], values: list[Any]) -> list[Any]:
-    """[function(v) for v in values], by C calls over slices: half the CPU
-    of the comprehension for a million leases (a worker thread encoding
-    them competes with the event loop for the GIL), each call short."""
-    mapped: list[Any] = []
-    for start in range(0, len(values), _SORT_SLICE):
-        mapped.extend(map(function, values[start:start + _SORT_SLICE]))
-    return mapped
-
-
-# Keys sorted by slices of this many: one sort of a million held the GIL (and
-# so the event loop, while a worker thread encodes) for 30-45 ms.
-_SORT_SLICE = 65_536
-
-
-def _sorted_keys(mapping: dict[int, Any]) -> list[int]:
-    """The keys in order. Leases are granted in rising offsets (a renewal
-    keeps its key's place), so the slices, each sorted, mostly follow one
-    another already; otherwise a merge in Python (slower, but it lets the
-    loop run)."""
-    keys = list(mapping)
-    runs = [sorted(keys[start:start + _SORT_SLICE]) for start in range(0, len(keys), _SORT_SLICE)]
-    if all(before[-1] < after[0] for before, after in zip(runs, runs[1:])):
-        ordered: list[int] = []
-        for run in runs:
-            ordered.extend(run)
-        return ordered
-    return list(heapq.merge(*runs))
+_sliced_map = map_in_slices
 
 
 def _decode_in_flight(value: dict[str, Any] | list[list[Any]]) -> dict[int, Lease]:

@@ -27,6 +27,7 @@ from typing import Any, Iterable
 
 from store import message_const as mc
 from store.codec import DispatchRequest
+from store.captured_dict import Captures
 from store.config_manager import Capture, ConfigManager
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class TransactionState(ConfigManager):
         self.default_immunity_ms = default_immunity_ms
         self.halves: dict[int, HalfMessage] = {}
         self.outcomes: OrderedDict[int, Outcome] = OrderedDict()
+        self._captures = Captures()   # snapshots being copied (store/captured_dict.py)
 
     def get(self, offset: int) -> HalfMessage | None:
         return self.halves.get(offset)
@@ -115,7 +117,8 @@ class TransactionState(ConfigManager):
             for offset, message_id in pairs:
                 half = self.halves.get(offset)
                 if half is not None and half.message_id == message_id:
-                    # Replaced, not changed in place: a snapshot copies only the dict.
+                    # Replaced, not changed in place: a snapshot's capture holds the objects.
+                    self._before_change(offset)
                     self.halves[offset] = replace(half, check_times=half.check_times + 1, next_check_ms=next_check)
 
     def _add(self, request: DispatchRequest, index: int) -> None:
@@ -128,6 +131,7 @@ class TransactionState(ConfigManager):
                       request.physical_offset, error)
             return
         immunity_ms = self._immunity_ms(properties.get(mc.CHECK_IMMUNITY_TIME_IN_SECONDS))
+        self._before_change(request.physical_offset)
         self.halves[request.physical_offset] = HalfMessage(
             request.physical_offset, request.uniq_key or "", topic, queue_id, request.store_timestamp,
             request.store_timestamp + immunity_ms, index)
@@ -144,6 +148,7 @@ class TransactionState(ConfigManager):
             half = self.halves.get(offset)
             if half is None or half.message_id != message_id:
                 continue
+            self._before_change(offset)
             del self.halves[offset]
             self.outcomes[offset] = Outcome(message_id, resolution, reason)
             if len(self.outcomes) > REMEMBERED_OUTCOMES:
@@ -166,15 +171,22 @@ class TransactionState(ConfigManager):
 
     # ------------------------------------------------------------------ file
     def capture(self) -> Capture:
-        # Copies on the event loop (halves are replaced, never changed in
-        # place; outcomes are frozen); the rows are built in the writer's thread.
-        halves, outcomes = dict(self.halves), list(self.outcomes.items())
-        return lambda: _encode(halves, outcomes)
+        # No copy of the halves on the event loop (a capture that journals
+        # later changes, store/captured_dict.py: halves are replaced, never
+        # changed in place); the outcomes, at most REMEMBERED_OUTCOMES, are
+        # copied. The rows are built in the writer's thread.
+        halves, outcomes = self._captures.begin(self.halves), list(self.outcomes.items())
+        return lambda: _encode(halves.sorted_items()[1], outcomes)
+
+    def _before_change(self, offset: int) -> None:
+        if self._captures:
+            self._captures.before_change(offset)
 
     def encode(self) -> dict[str, Any]:
         return self.capture()()
 
     def decode(self, data: dict[str, Any]) -> None:
+        self._captures.clear()
         self.halves = {}
         # Sorted by offset in the file, which is log order: oldest_index relies on it.
         for offset, message_id, topic, queue_id, stored_ms, next_check_ms, index, check_times in \
@@ -185,9 +197,10 @@ class TransactionState(ConfigManager):
                                     for offset, message_id, resolution, reason in data.get("outcomes", []))
 
 
-def _encode(halves: dict[int, HalfMessage], outcomes: list[tuple[int, Outcome]]) -> dict[str, Any]:
+def _encode(halves: list[HalfMessage], outcomes: list[tuple[int, Outcome]]) -> dict[str, Any]:
+    """`halves` in offset order."""
     # Rows built field by field: dataclasses.astuple deep-copies, and was most
     # of the cost of a snapshot holding 20,000 outcomes.
     return {"halves": [[h.offset, h.message_id, h.topic, h.queue_id, h.stored_ms, h.next_check_ms, h.index,
-                        h.check_times] for h in sorted(halves.values(), key=lambda h: h.offset)],
+                        h.check_times] for h in halves],
             "outcomes": [[offset, o.message_id, o.resolution, o.reason] for offset, o in outcomes]}

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cluster.chaos.history import History
-from cluster.chaos.schedule import ALIASES, ALL_KINDS, ScheduleConfig, parse_faults
+from cluster.chaos.schedule import ALIASES, ALL_KINDS, MEMBER_CHANGE, ScheduleConfig, parse_faults
 from cluster.chaos.workload import WORKLOADS, LogWorkloadConfig, WorkloadUnavailable, make_workload
 
 if TYPE_CHECKING:
@@ -72,6 +72,11 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
     if args.clients < 1 or args.rate <= 0:
         raise ValueError("--clients and --rate must be positive")
     make_workload(args.workload, [], History())  # says now if it cannot run
+    faults = parse_faults(args.faults)
+    if args.workload == "broker" and MEMBER_CHANGE in faults:
+        raise ValueError("member-change runs with the log workload only (--workload log)")
+    if args.secure and MEMBER_CHANGE in faults:
+        raise ValueError("member-change does not run against a secured cluster (leave out --secure)")
     if args.workload == "broker":
         from cluster.chaos.broker_workload import BrokerWorkloadConfig
         workload_config: object = BrokerWorkloadConfig(
@@ -88,12 +93,12 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
             node_args += [flag, value]
     election_max = float(args.node_election_timeout_max or DEFAULT_ELECTION_TIMEOUT_MAX_S)
     return ChaosOptions(
-        out_dir=Path(args.out), nodes=args.nodes, duration_s=args.duration, faults=parse_faults(args.faults),
+        out_dir=Path(args.out), nodes=args.nodes, duration_s=args.duration, faults=faults,
         seed=args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31),
         workload=args.workload, node_args=tuple(node_args),
         workload_config=workload_config,
         schedule=ScheduleConfig(min_pause_s=2 * election_max), keep_data=args.keep_data, secure=args.secure,
-        front_ends=not args.no_front_ends)
+        front_ends=not args.no_front_ends, move_silence_s=2 * election_max + 0.5)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,11 +28,12 @@ from typing import Awaitable, Callable
 import grpc
 
 from cluster.chaos.history import PROBE_PREFIX, FaultWindow, History
+from cluster.chaos.membership import MembershipChanger
 from cluster.chaos.network import FaultNetwork, pairs_between
 from cluster.chaos import disk
 from cluster.chaos.schedule import (BITFLIP_RUNNING, BITFLIP_STOPPED, COMBO, CRASH_WRITE, DELAY, FSYNC_FAIL,
-                                    ISOLATE_LEADER, KILL_LEADER, KILL_RANDOM, ONE_WAY, PAUSE_LEADER, SPLIT,
-                                    TORN_TAIL, WIPE_DISK, PlannedFault)
+                                    ISOLATE_LEADER, KILL_LEADER, KILL_RANDOM, MEMBER_CHANGE, ONE_WAY,
+                                    PAUSE_LEADER, SPLIT, TORN_TAIL, WIPE_DISK, PlannedFault)
 from cluster.chaos.workload import NOT_APPLIED, Workload, body_for
 from cluster.process_cluster import ProcessCluster
 from dledger import failpoints
@@ -60,7 +61,7 @@ class ActiveFault:
 
 class Nemesis:
     def __init__(self, cluster: ProcessCluster, network: FaultNetwork, history: History,
-                 workload: Workload, admin: DLedgerClient) -> None:
+                 workload: Workload, admin: DLedgerClient, move_silence_s: float = 2.5) -> None:
         self.cluster = cluster
         self.network = network
         self.history = history
@@ -77,7 +78,11 @@ class Nemesis:
             PAUSE_LEADER: self.pause_leader, DELAY: self.delay,
             BITFLIP_STOPPED: self.bitflip_stopped, BITFLIP_RUNNING: self.bitflip_running,
             TORN_TAIL: self.torn_tail, FSYNC_FAIL: self.fsync_fail, WIPE_DISK: self.wipe_disk,
+            MEMBER_CHANGE: self.member_change,
         }
+        self.membership = MembershipChanger(cluster, network, history, admin, self._leader_or_random,
+                                            self._current_leader, minimum=len(cluster.ids),
+                                            silence_s=move_silence_s)
 
     async def run(self, plan: list[PlannedFault]) -> None:
         for fault in plan:
@@ -140,10 +145,21 @@ class Nemesis:
     def _kill(self, kind: str, node: str, detail: str) -> ActiveFault:
         self.cluster.kill(node)
         window = self.history.fault_started(kind, (node,), detail)
+        return ActiveFault(window, self._restart(node))
 
+    def _restart(self, node: str) -> Callable[[], Awaitable[None]]:
+        """A heal that starts `node` again, unless a membership change
+        removed it meanwhile (or it already runs)."""
         async def heal() -> None:
-            if not self.cluster.running(node):
+            if node in self.cluster.ids and not self.cluster.running(node):
                 self.cluster.start(node)
+        return heal
+
+    # --------------------------------------------------------- membership
+    async def member_change(self, rng: random.Random) -> ActiveFault:
+        damaged = sorted(self._damaged)
+        skip = f"{','.join(damaged)} not yet repaired (a removal could leave no intact majority)" if damaged else ""
+        window, heal = await self.membership.start(rng, skip)
         return ActiveFault(window, heal)
 
     async def pause_leader(self, rng: random.Random) -> ActiveFault:
@@ -218,7 +234,8 @@ class Nemesis:
             if proc is not None and proc.poll() is not None:
                 window.detail += f"; it stopped (exit {proc.returncode})"
                 self.cluster.procs.pop(node)
-                self.cluster.start(node)
+                if node in self.cluster.ids:
+                    self.cluster.start(node)
         return ActiveFault(window, heal)
 
     async def wipe_disk(self, rng: random.Random) -> ActiveFault:
@@ -231,11 +248,7 @@ class Nemesis:
 
     def _restart_at_heal(self, kind: str, node: str, detail: str) -> ActiveFault:
         window = self.history.fault_started(kind, (node,), detail)
-
-        async def heal() -> None:
-            if not self.cluster.running(node):
-                self.cluster.start(node)
-        return ActiveFault(window, heal)
+        return ActiveFault(window, self._restart(node))
 
     async def _committed_entry(self, node: str, rng: random.Random) -> int:
         """A random entry that `node` holds and that is committed."""

@@ -36,11 +36,22 @@ class FaultNetwork:
         for link in self.links.values():
             await link.close()
 
-    def routes(self) -> dict[str, dict[str, str]]:
-        """For each node, the address it should use for every member: its own
-        real address for itself, the proxy of the link for the others."""
-        return {a: {b: (self.addresses[a] if a == b else self.links[(a, b)].address) for b in self.addresses}
+    def routes(self, every_address: dict[str, list[str]] | None = None) -> dict[str, dict[str, str]]:
+        """For each node, what it dials instead of another node's real
+        address: the proxy of the link between them (`--peer-routes`).
+        `every_address`: all the addresses each node may listen on (a node
+        moved to a new address is reached through the same proxies)."""
+        listening = every_address or {n: [a] for n, a in self.addresses.items()}
+        return {a: {address: self.links[(a, b)].address for b in self.addresses if b != a
+                    for address in listening[b]}
                 for a in self.addresses}
+
+    def retarget(self, node: str, address: str) -> None:
+        """`node` now listens at `address`: every link to it forwards there."""
+        self.addresses[node] = address
+        for (_, destination), link in self.links.items():
+            if destination == node:
+                link.retarget(address)
 
     # ------------------------------------------------------------- faults
     def drop(self, sender: str, receiver: str) -> None:

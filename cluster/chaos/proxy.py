@@ -125,6 +125,16 @@ class LinkProxy:
     def heal(self) -> None:
         self.set_state(HEALTHY)
 
+    def retarget(self, target: str) -> None:
+        """Forward to `target` from now on (the destination node was moved
+        to a new address); connections to the old one are closed."""
+        host, _, port = target.rpartition(":")
+        self.target_host, self.target_port = host, int(port)
+        for connection in list(self._connections):
+            task = asyncio.ensure_future(self._close(connection))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
     # --------------------------------------------------------- connections
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = _Connection(reader, writer)

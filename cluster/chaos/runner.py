@@ -51,7 +51,7 @@ from cluster.chaos.node_state import digest_node
 from cluster.chaos.nemesis import Nemesis
 from cluster.chaos.network import FaultNetwork
 from cluster.chaos.plot import plot_timeline
-from cluster.chaos.schedule import ALL_KINDS, CRASH_WRITE, KILL_LEADER, ScheduleConfig, plan_schedule
+from cluster.chaos.schedule import ALL_KINDS, CRASH_WRITE, KILL_LEADER, MEMBER_CHANGE, ScheduleConfig, plan_schedule
 from cluster.chaos.workload import LogWorkloadConfig, Workload, make_workload
 from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 # the run lasts; the logs are megabytes, so that costs little.
 STORAGE_ARGS = ("--data-file-size", str(16 << 20), "--index-file-size", str(1 << 20),
                 "--scrub-pass-interval", "1")
+# Ids reserved beyond --nodes for the servers membership changes add.
+SPARE_MEMBERS = 2
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,9 @@ class ChaosOptions:
     # The broker workload's nodes get front ends (broker/config.py): routes
     # then send the official client to ports no leader holds.
     front_ends: bool = True
+    # A member is moved only once the leader has not heard from it for two
+    # election timeouts (dledger/server.py): wait a little longer.
+    move_silence_s: float = 2.5
 
 
 @dataclass
@@ -106,6 +111,7 @@ class RunState:
     groups: list[Any] = field(default_factory=list)
     traffic: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
+    nemesis: Any = None
 
 
 async def run_chaos(options: ChaosOptions) -> dict[str, Any]:
@@ -117,10 +123,12 @@ async def run_chaos(options: ChaosOptions) -> dict[str, Any]:
     data_dir = out / "data"
     shutil.rmtree(data_dir, ignore_errors=True)
     cluster = _make_cluster(options, data_dir)
-    # Faults act on peer traffic: with mutual TLS, on the peers' own ports.
-    network = FaultNetwork(cluster.peer_addresses)
+    # Faults act on peer traffic (with mutual TLS, on the peers' own ports),
+    # with proxies in front of every address a node may have before any
+    # node starts (membership changes add servers and move members).
+    network = FaultNetwork({node: addresses[0] for node, addresses in cluster.peer_slots.items()})
     await network.start()
-    cluster.routes = network.routes()
+    cluster.routes = network.routes(cluster.peer_slots)
     state = RunState(seed, History())
     try:
         with _client_credentials(options):
@@ -154,7 +162,13 @@ def _make_cluster(options: ChaosOptions, data_dir: Path) -> ProcessCluster:
     args = [*STORAGE_ARGS, *options.node_args]
     front_ends = options.front_ends and options.workload == "broker"
     if not options.secure:
-        return ProcessCluster(data_dir, options.nodes, args, log_dir=out / "nodes", front_ends=front_ends)
+        # Membership changes add servers under spare ids and move members to
+        # a second address: both are reserved now.
+        changes_members = MEMBER_CHANGE in options.faults
+        return ProcessCluster(data_dir, options.nodes, args, log_dir=out / "nodes", front_ends=front_ends,
+                              spares=SPARE_MEMBERS if changes_members else 0, alternates=changes_members)
+    if MEMBER_CHANGE in options.faults:
+        raise ValueError("membership changes are not run against a secured cluster (--secure)")
     from cluster import certs
     pki = out / "pki"
     shutil.rmtree(pki, ignore_errors=True)
@@ -194,14 +208,16 @@ def _client_credentials(options: ChaosOptions) -> Iterator[None]:
 
 
 async def _run(options: ChaosOptions, cluster: ProcessCluster, network: FaultNetwork, state: RunState) -> None:
-    servers = list(cluster.addresses.values())
+    # Every address a node may ever listen on: clients find servers added later.
+    servers = cluster.every_address
     deadline_s = getattr(options.workload_config, "op_deadline_s", 10.0)
     async with DLedgerClient(servers, deadline_s=deadline_s) as admin:
         await find_leader(admin, servers, timeout=30.0)
         history = state.history = History()
         workload = make_workload(options.workload, servers, history, options.workload_config)
         state.groups = list(getattr(workload, "groups", []))
-        nemesis = Nemesis(cluster, network, history, workload, admin)
+        nemesis = Nemesis(cluster, network, history, workload, admin, move_silence_s=options.move_silence_s)
+        state.nemesis = nemesis
         plan = plan_schedule(state.seed, options.faults, options.duration_s, options.schedule)
         stop = asyncio.Event()
         load = asyncio.ensure_future(workload.run(stop))
@@ -213,6 +229,11 @@ async def _run(options: ChaosOptions, cluster: ProcessCluster, network: FaultNet
             nemesis.heal_everything()
             stop.set()
             await load
+        if MEMBER_CHANGE in options.faults:
+            # The members are whom the configuration names, whatever the
+            # last change's fate: the checks run on them.
+            await nemesis.membership.reconcile()
+            nemesis.heal_everything()
         state.load_end_s = history.now()
         state.sends_end_s = getattr(workload, "sends_ended_s", None)
         await _converge(options, cluster, admin, workload, state)
@@ -356,6 +377,7 @@ def build_summary(options: ChaosOptions, state: RunState, result: CheckResult | 
         "failed_present": counts.get("failed_present"),
         "stale_leader_acks": counts.get("stale_leader_acks"),
         **_repair_fields(repairs, state),
+        **_membership_fields(options, state),
         "crashed_nodes": state.crashed,
         "unconverged_nodes": state.unconverged,
         "unreadable_nodes": state.unreadable,
@@ -393,6 +415,14 @@ def _repair_fields(repairs: RepairSummary, state: RunState) -> dict[str, Any]:
     return {"repairs": repairs.repairs, "repairs_completed": repairs.completed,
             "votes_while_repairing": repairs.votes_while_repairing, "unsafe_repair_votes": repairs.unsafe_repair_votes,
             "still_repairing": state.still_repairing}
+
+
+def _membership_fields(options: ChaosOptions, state: RunState) -> dict[str, Any]:
+    if MEMBER_CHANGE not in options.faults or state.nemesis is None:
+        return {}
+    changer = state.nemesis.membership
+    return {"member_changes": changer.changes, "member_changes_completed": changer.completed,
+            "members_at_end": sorted(state.logs)}
 
 
 def _outputs(options: ChaosOptions) -> dict[str, str]:

@@ -280,7 +280,11 @@ class EntryDispatcher:
         APPEND that carried them lost its answer)."""
         self.write_index = self.match_index + 1
         self.acked_index = self.match_index
-        self.quorum.update_watermark(self.term, self.peer_id, min(self.match_index, flushed_index))
+        durable = min(self.match_index, flushed_index)
+        # Exactly that, even if lower than what it acknowledged before: a
+        # follower that lost its disk (or repairs) holds only this now.
+        self.quorum.lower_watermark(self.term, self.peer_id, durable)
+        self.quorum.update_watermark(self.term, self.peer_id, durable)
         self.on_ack()
 
     # --------------------------------------------------------------- APPEND
@@ -375,6 +379,8 @@ class EntryDispatcher:
         if code == ResponseCode.SUCCESS:
             last = request.index + request.entry_count - 1
             self.acked_index = max(self.acked_index, last)
+            if response.repairing:
+                self.quorum.lower_watermark(self.term, self.peer_id, -1)
             # flushed_index lies inside the follower's prefix verified against us.
             if self.quorum.update_watermark(self.term, self.peer_id, counted_flush(response)):
                 self.on_ack()
@@ -421,6 +427,8 @@ class EntryDispatcher:
             return  # the next push carries the commit index again
         if response is None or generation != self.generation or response.header.code != ResponseCode.SUCCESS:
             return
+        if response.repairing:
+            self.quorum.lower_watermark(self.term, self.peer_id, -1)
         # A follower that matched by COMPARE before its fsync finished (or
         # whose APPEND answer was lost) reports its flush here.
         if self.quorum.update_watermark(self.term, self.peer_id, min(counted_flush(response), self.acked_index)):

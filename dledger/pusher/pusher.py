@@ -57,6 +57,8 @@ class DLedgerEntryPusher:
         # and stopped as the configuration changes.
         self.dispatchers = {peer: self._new_dispatcher(peer) for peer in membership.replication_targets()}
         self._dispatcher_tasks: dict[str, asyncio.Task[None]] = {}
+        # The incarnation each dispatcher serves (a moved member is a new server).
+        self._incarnations = {peer: membership.incarnation_of(peer) for peer in self.dispatchers}
         # Called once when this leader's own removal has committed; by default
         # it just steps down (the server hands leadership over first).
         self.on_removed: Callable[[], None] = self.step_down_removed
@@ -120,19 +122,26 @@ class DLedgerEntryPusher:
         configurations held name (a removed server until its removal commits)."""
         self.quorum.set_voters(current.voters, current.quorum)
         targets = self.membership.replication_targets()
-        for peer in targets:
-            if peer not in self.dispatchers:
-                dispatcher = self.dispatchers[peer] = self._new_dispatcher(peer)
-                self._dispatcher_tasks[peer] = start_task(dispatcher.run(), f"EntryDispatcher-{peer}")
-                if self.member_state.is_leader:
-                    log.info("replicating to %s from now on", peer)
-        for peer in [p for p in self.dispatchers if p not in targets]:
+        for peer in [p for p in self.dispatchers
+                     if p not in targets or self._incarnations.get(p, 0) != self.membership.incarnation_of(p)]:
             del self.dispatchers[peer]
             task = self._dispatcher_tasks.pop(peer, None)
             if task is not None:
                 task.cancel()
             if self.member_state.is_leader:
-                log.info("no longer replicating to %s", peer)
+                log.info("no longer replicating to %s%s", peer,
+                         " at its old address" if peer in targets else "")
+        for peer in targets:
+            if peer not in self.dispatchers:
+                # A server added under an id that was a member before, or
+                # moved to a new address, starts from nothing: it may be a
+                # new, empty server, whatever the old one acknowledged.
+                self.quorum.forget(peer)
+                self._incarnations[peer] = self.membership.incarnation_of(peer)
+                dispatcher = self.dispatchers[peer] = self._new_dispatcher(peer)
+                self._dispatcher_tasks[peer] = start_task(dispatcher.run(), f"EntryDispatcher-{peer}")
+                if self.member_state.is_leader:
+                    log.info("replicating to %s at %s from now on", peer, self.membership.address_of(peer))
         self._checker_wakeup.set()
 
     async def append_config(self, membership: Membership) -> AppendResult:

@@ -88,6 +88,20 @@ class QuorumAckChecker:
         marks[peer_id] = index
         return True
 
+    def lower_watermark(self, term: int, peer_id: str, index: int) -> None:
+        """The peer holds less than it said (it lost its disk, repairs its
+        log, or is a new server under an id used before): count only `index`."""
+        marks = self.watermarks_by_term.get(term)
+        if marks is not None and index < marks.get(peer_id, -1):
+            marks[peer_id] = index
+
+    def forget(self, peer_id: str) -> None:
+        """A server joins under this id (or moves to a new address): nothing
+        it acknowledged before counts (it may be a new, empty server)."""
+        for marks in self.watermarks_by_term.values():
+            if peer_id in marks:
+                marks[peer_id] = -1
+
     def watermark(self, term: int, peer_id: str) -> int:
         return self.watermarks_by_term.get(term, {}).get(peer_id, -1)
 

@@ -45,6 +45,7 @@ class GrpcTransport:
         # every member holds, so that peer calls pass a port that checks
         # signatures (one shared port, without mutual TLS).
         self._signing = signing
+        self._dial = config.dial_address
         self._addresses = {p.id: p.address for p in config.peers if p.id != config.self_id}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, dledger_pb2_grpc.DLedgerServiceStub] = {}
@@ -58,7 +59,8 @@ class GrpcTransport:
     def _open(self, peer_id: str) -> None:
         self._drop_stream(peer_id, "the channel was replaced")
         interceptors = signing_interceptors(*self._signing) if self._signing else None
-        channel = tls.channel(self._addresses[peer_id], CHANNEL_OPTIONS, material=self._tls, interceptors=interceptors)
+        channel = tls.channel(self._dial(self._addresses[peer_id]), CHANNEL_OPTIONS, material=self._tls,
+                              interceptors=interceptors)
         self._channels[peer_id] = channel
         self._stubs[peer_id] = dledger_pb2_grpc.DLedgerServiceStub(channel)
 

@@ -14,14 +14,17 @@ import pytest
 
 from cluster.chaos.runner import ChaosOptions, run_chaos
 from cluster.chaos.schedule import (BITFLIP_RUNNING, BITFLIP_STOPPED, COMBO, CRASH_WRITE, DELAY, DISK_KINDS,
-                                    ISOLATE_LEADER, KILL_LEADER, KILL_RANDOM, ONE_WAY, PAUSE_LEADER, SPLIT,
-                                    WIPE_DISK, ScheduleConfig)
+                                    ISOLATE_LEADER, KILL_LEADER, KILL_RANDOM, MEMBER_CHANGE, ONE_WAY,
+                                    PAUSE_LEADER, SPLIT, WIPE_DISK, ScheduleConfig)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 # One fault per run: 1 s of load, the fault, then 0.5 s of healthy load.
 SHORT = ScheduleConfig(warmup_s=1.0, fault_s=(1.5, 2.5), quiet_s=(0.5, 1.0), min_pause_s=3.0, cooldown_s=0.5)
 DURATION_S = 4.5
+# A seed whose four membership changes are a move, a replacement, an add and
+# a removal, the last two with the leader killed in their middle.
+MEMBERSHIP_SEED = 20
 
 
 async def short_run(kind: str, out: Path, seed: int, duration_s: float = DURATION_S,
@@ -83,3 +86,15 @@ async def test_storage_faults_are_repaired_and_lose_nothing(kind: str, tmp_path:
     if kind in (BITFLIP_STOPPED, BITFLIP_RUNNING, WIPE_DISK):
         # The damaged (or emptied) node noticed, repaired itself and finished.
         assert summary["repairs"] >= 1 and summary["repairs_completed"] >= 1, json.dumps(summary, indent=1)
+
+
+async def test_membership_changes_under_load_lose_nothing(tmp_path: Path):
+    # Four changes back to back, each waited out (a fault lasts as long as
+    # its change): every kind of change, and the leader killed mid-change.
+    schedule = replace(SHORT, fault_s=(1.0, 1.5), quiet_s=(0.3, 0.5))
+    summary = await short_run(MEMBER_CHANGE, tmp_path, seed=MEMBERSHIP_SEED, duration_s=8.0, schedule=schedule)
+    details = [f["detail"] for f in summary["per_fault"]]
+    assert summary["member_changes"] == summary["member_changes_completed"] == 4, details
+    assert {d.split()[0] for d in details} == {"add", "remove", "replace", "move"}, details
+    assert sum("killed" in d for d in details) == 2, details
+    assert summary["acked"] > 50 and not summary["unconverged_nodes"]

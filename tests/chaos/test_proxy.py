@@ -207,9 +207,14 @@ async def test_network_routes_send_each_node_through_its_own_links():
     await network.start()
     try:
         routes = network.routes()
-        assert routes["a"]["a"] == "127.0.0.1:1"
-        assert routes["a"]["b"] == network.links[("a", "b")].address
-        assert routes["b"]["a"] == network.links[("b", "a")].address
-        assert routes["a"]["b"] != routes["b"]["a"]
+        # Each node dials, for the other's real address, the proxy of its own link.
+        assert routes["a"] == {"127.0.0.1:2": network.links[("a", "b")].address}
+        assert routes["b"] == {"127.0.0.1:1": network.links[("b", "a")].address}
+        # A node that may move to a second address is reached through the same link.
+        moving = network.routes({"a": ["127.0.0.1:1"], "b": ["127.0.0.1:2", "127.0.0.1:3"]})
+        assert moving["a"] == {"127.0.0.1:2": network.links[("a", "b")].address,
+                               "127.0.0.1:3": network.links[("a", "b")].address}
+        network.retarget("b", "127.0.0.1:3")
+        assert network.links[("a", "b")].target_port == 3 and network.links[("b", "a")].target_port == 1
     finally:
         await network.close()

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 STATUS_KEYS = {"id", "address", "pid", "role", "term", "leader_id", "ledger_begin_index",
-               "ledger_end_index", "committed_index", "metrics_address", "repairing", "repair_until"}
+               "ledger_end_index", "committed_index", "metrics_address", "repairing", "repair_until",
+               "no_intact_copy"}
 ENTRY_KEYS = {"index", "term", "body_base64"}
 
 

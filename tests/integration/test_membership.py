@@ -160,3 +160,55 @@ async def test_grow_to_five_kill_the_leader_mid_change_remove_two_originals(tmp_
         await client.close()
         await admin.close()
         cluster.kill_all()
+
+
+async def test_replacing_dead_nodes_at_new_addresses_as_the_operations_guide_says(tmp_path: Path):
+    """docs/operations.md, "Replacing a node", command for command: a dead
+    member's machine is replaced at a new address under the same id (a new,
+    empty disk), then another dead member by a server under a new id. After
+    each, the replacement holds the whole log and counts in the quorum."""
+    cluster = ProcessCluster(tmp_path, spares=1, alternates=True)
+    cluster.start()
+    client = DLedgerClient(cluster.every_address, deadline_s=20.0)
+    try:
+        leader = await find_leader(client, list(cluster.addresses.values()))
+        acked = [(await client.append([f"before-{i}".encode()])).first_index for i in range(30)]
+        dead = next(n for n in cluster.ids if n != leader)
+        cluster.kill(dead)
+        cluster.wipe(dead)                        # the machine is gone, and its disk with it
+        # `dledger node --id n1 --peers <members, n1 at its new address> --join --data-dir <empty>`
+        address = cluster.move_node(dead, [n for n in cluster.ids if n != dead])
+        servers = ",".join(cluster.addresses[n] for n in cluster.ids if n != dead)
+        moved = await asyncio.to_thread(cli, "member", "replace", "--servers", servers, "--id", dead,
+                                        "--address", address, "--json")
+        assert moved.returncode == 0, moved.stderr
+        assert {m["id"]: (m["address"], m["role"]) for m in json.loads(moved.stdout)["members"]}[dead] == \
+            (address, "voter")
+        # It catches up and counts: with the third member down, it makes the majority.
+        third = next(n for n in cluster.ids if n not in (leader, dead))
+        cluster.kill(third)
+        acked.append((await client.append([b"counted by the moved member"])).first_index)
+        await wait_committed_everywhere(client, [leader, dead], acked[-1])
+        cluster.start(third)
+
+        # Another dead member, replaced by a server under a new id (added and
+        # promoted first, then the dead one removed).
+        gone = third
+        cluster.kill(gone)
+        new = cluster.free_slots()[0]
+        new_address = cluster.add_node(new, [n for n in cluster.ids if n not in (gone, new)])
+        servers = ",".join(cluster.addresses[n] for n in (leader, dead))
+        replaced = await asyncio.to_thread(cli, "member", "replace", "--servers", servers, "--id", gone,
+                                           "--new-id", new, "--address", new_address, "--json")
+        assert replaced.returncode == 0, replaced.stderr
+        assert sorted(m["id"] for m in json.loads(replaced.stdout)["members"]) == sorted([leader, dead, new])
+        cluster.ids.remove(gone)
+        acked.append((await client.append([b"after both replacements"])).first_index)
+        await wait_committed_everywhere(client, [leader, dead, new], acked[-1])
+        logs = {n: await committed_log(client, n) for n in (leader, dead, new)}
+        assert logs[dead] == logs[leader] == logs[new]
+        held = {index for index, _, _, _ in logs[leader]}
+        assert set(acked) <= held
+    finally:
+        await client.close()
+        cluster.kill_all()

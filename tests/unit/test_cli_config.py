@@ -27,7 +27,8 @@ from rpcgen import dledger_pb2_grpc
 
 PEERS = "n0=127.0.0.1:20911,n1=127.0.0.1:20912,n2=127.0.0.1:20913"
 STATUS_KEYS = ["id", "address", "pid", "role", "term", "leader_id", "ledger_begin_index",
-               "ledger_end_index", "committed_index", "metrics_address", "repairing", "repair_until"]
+               "ledger_end_index", "committed_index", "metrics_address", "repairing", "repair_until",
+               "no_intact_copy"]
 
 
 def node_args(*argv: str):
@@ -61,6 +62,16 @@ def test_advertised_addresses_and_metrics_host_for_containers(tmp_path):
     with pytest.raises(ConfigError, match="unknown nodes: n9"):
         node_args("--id", "n1", "--peers", PEERS, "--data-dir", str(tmp_path),
                   "--advertised-addresses", "n9=127.0.0.1:1")
+
+
+def test_peer_routes_dial_a_proxy_for_a_peer_address_and_nothing_else(tmp_path):
+    config = node_args("--id", "n0", "--peers", PEERS, "--data-dir", str(tmp_path),
+                       "--peer-routes", "127.0.0.1:20912=127.0.0.1:40001,127.0.0.1:30000=127.0.0.1:40002")
+    assert config.dial_address("127.0.0.1:20912") == "127.0.0.1:40001"
+    assert config.dial_address("127.0.0.1:30000") == "127.0.0.1:40002"   # an address a member may move to
+    assert config.dial_address("127.0.0.1:20913") == "127.0.0.1:20913"
+    with pytest.raises(ConfigError, match="expected HOST:PORT=HOST:PORT"):
+        node_args("--id", "n0", "--peers", PEERS, "--data-dir", str(tmp_path), "--peer-routes", "127.0.0.1:1")
 
 
 def test_tuning_flags_are_converted_to_the_field_types(tmp_path):
@@ -183,7 +194,7 @@ def test_status_row_of_a_reachable_node_has_exactly_the_documented_keys():
     assert row == {"id": "n1", "address": "127.0.0.1:20912", "pid": 1234, "role": "LEADER",
                    "term": 3, "leader_id": "n1", "ledger_begin_index": 0, "ledger_end_index": 41,
                    "committed_index": 40, "metrics_address": "127.0.0.1:21012", "repairing": False,
-                   "repair_until": None}
+                   "repair_until": None, "no_intact_copy": None}
 
 
 def test_status_row_of_an_unreachable_node_is_null_but_role_and_address():
@@ -203,6 +214,16 @@ def test_status_json_wraps_rows_in_nodes():
     rows = [node_status_row("a:1", None)]
     assert json.loads(cli.dumps(cli.status_json(rows))) == {"nodes": rows}
     assert "unreachable" in cli.status_table(rows)
+
+
+def test_status_says_once_why_no_leader_can_be_elected_without_losing_entries():
+    why = "no reachable voter holds entries up to 57 (term 3) intact: ..."
+    rows = [node_status_row(f"a:{i}", pb.MetadataResponse(self_id=f"n{i}", role="CANDIDATE", term=4,
+                                                           repairing=True, repair_until=57, no_intact_copy=why))
+            for i in range(2)] + [node_status_row("a:2", None, "n2")]
+    assert rows[0]["no_intact_copy"] == why and rows[2]["no_intact_copy"] is None
+    lines = cli.status_table(rows).splitlines()
+    assert lines[-2:] == [f"NO_INTACT_COPY n0: {why}", f"NO_INTACT_COPY n1: {why}"]
 
 
 def test_entry_json_carries_the_body_in_base64():

@@ -4,12 +4,13 @@ in flight across a leader change. In-memory cluster, real file stores."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 
 import pytest
 
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import Role
-from dledger.membership import (LEARNER, VOTER, Member, Membership, learner_to_promote, plan_add,
+from dledger.membership import (LEARNER, VOTER, Member, Membership, learner_to_promote, plan_add, plan_move,
                                 plan_remove)
 from dledger.pusher.quorum import QuorumAckChecker
 from dledger.vote_rules import VoterView, decide_vote
@@ -296,3 +297,87 @@ async def test_a_follower_reset_past_configuration_entries_gets_the_leaders_conf
     await cluster.wait_converged(timeout=8.0)
     assert members(cluster, away) == {"n0": VOTER, "n1": VOTER, "n2": VOTER, "n3": VOTER}
     assert cluster.servers[away].store.ledger_begin_index == store.ledger_begin_index
+
+
+async def test_a_server_removed_and_added_again_with_an_empty_disk_is_not_promoted_on_its_old_progress(
+        cluster: Cluster):
+    leader = await cluster.wait_leader()
+    await add_node(cluster, "n3")
+    await wait_for(lambda: members(cluster, leader).get("n3") == VOTER, what="promotion")
+    for i in range(20):
+        await cluster.servers[leader].append([f"e{i}".encode()])
+    await cluster.wait_converged()
+    term = cluster.servers[leader].member_state.term
+    assert cluster.servers[leader].pusher.quorum.watermark(term, "n3") > 10
+    await cluster.servers[leader].change_membership(pb.REMOVE_MEMBER, "n3", "")
+    await cluster.stop("n3")
+    shutil.rmtree(cluster.configs["n3"].data_dir)
+    # Added again (same id and address, a new empty disk) in the same term,
+    # and not reachable yet: it holds nothing, so it must stay a learner
+    # (its acknowledgements from before the removal count for nothing).
+    address = cluster.add_joining_node("n3")
+    await cluster.servers[leader].change_membership(pb.ADD_MEMBER, "n3", address)
+    await asyncio.sleep(0.5)
+    assert cluster.servers[leader].member_state.term == term
+    assert members(cluster, leader)["n3"] == LEARNER
+    assert cluster.servers[leader].pusher.quorum.watermark(term, "n3") == -1
+    await cluster.start("n3")
+    await wait_for(lambda: members(cluster, leader).get("n3") == VOTER, what="promotion once caught up")
+    await cluster.wait_converged()
+
+
+def test_move_rules_same_id_new_address_only_once_silent_and_never_the_leader():
+    three = Membership(tuple(Member(f"n{i}", f"h:{i + 1}") for i in range(3)))
+    moved = plan_move(three, "n1", "h:9", "n0", heard_from_s=5.0, silent_needed_s=2.0)
+    assert moved.get("n1") == Member("n1", "h:9", VOTER, incarnation=1)
+    assert moved.voters == three.voters and Membership.from_json(moved.to_json()) == moved
+    assert plan_move(moved, "n1", "h:9", "n0", 5.0, 2.0) is None                 # a retry: nothing to do
+    for args, code in ((("n1", "h:9", "n0", 0.3, 2.0), ResponseCode.ILLEGAL_MEMBER_STATE),  # still answers
+                       (("n0", "h:9", "n0", 9.0, 2.0), ResponseCode.UNEXPECTED_MEMBER),   # the leader itself
+                       (("n1", "h:3", "n0", 9.0, 2.0), ResponseCode.UNEXPECTED_MEMBER),   # n2's address
+                       (("n7", "h:9", "n0", 9.0, 2.0), ResponseCode.UNKNOWN_MEMBER),
+                       (("n1", "nowhere", "n0", 9.0, 2.0), ResponseCode.UNEXPECTED_ARGUMENT)):
+        with pytest.raises(DLedgerError) as e:
+            plan_move(three, *args)
+        assert e.value.code is code, args
+    # An earlier incarnation of a moved member gets no vote (the old process,
+    # if it still runs): the new server under its id may vote in this term too.
+    view = VoterView(self_id="n0", peer_ids=frozenset({"n0", "n1", "n2"}), term=3, vote_for="",
+                     ledger_end_term=1, ledger_end_index=5, leader_alive=False, taking_leadership=False)
+    assert decide_vote(view, "n1", 4, 3, 9, False, False, candidate_incarnation=0,
+                       known_incarnation=1).result == pb.REJECT_MOVED
+    assert decide_vote(view, "n1", 4, 3, 9, False, False, candidate_incarnation=1,
+                       known_incarnation=1).result == pb.ACCEPT
+
+
+async def test_a_dead_member_moved_to_a_new_address_with_an_empty_disk_counts_once_caught_up(cluster: Cluster):
+    leader = await cluster.wait_leader()
+    moving, other = [n for n in cluster.servers if n != leader]
+    for i in range(20):
+        await cluster.servers[leader].append([f"e{i}".encode()])
+    await cluster.wait_converged()
+    with pytest.raises(DLedgerError) as e:      # it is alive: refused
+        await cluster.servers[leader].change_membership(pb.MOVE_MEMBER, moving, "127.0.0.1:31001")
+    assert e.value.code is ResponseCode.ILLEGAL_MEMBER_STATE and "still answers" in e.value.message
+    await cluster.stop(moving)
+    shutil.rmtree(cluster.configs[moving].data_dir)         # its machine is gone
+    await asyncio.sleep(2 * cluster.settings["election_timeout_max_s"] + 0.1)
+    index, planned = await cluster.servers[leader].change_membership(pb.MOVE_MEMBER, moving, "127.0.0.1:31001")
+    assert index > 0 and planned.get(moving) == Member(moving, "127.0.0.1:31001", VOTER, incarnation=1)
+    term = cluster.servers[leader].member_state.term
+    assert cluster.servers[leader].pusher.quorum.watermark(term, moving) == -1   # nothing counts yet
+    # The old process, were it still running, campaigns as incarnation 0: refused.
+    stale = pb.VoteRequest(header=pb.Header(remote_id=other, local_id=moving, term=term + 5),
+                           ledger_end_index=10**6, ledger_end_term=10**6)
+    assert cluster.servers[other].handle_vote(stale).result == pb.REJECT_MOVED
+    # The new server: same id, new address, an empty disk, started with --join.
+    cluster.reconfigure(moving, join=True)
+    await cluster.start(moving)
+    new = cluster.servers[moving]
+    await wait_for(lambda: not new.member_state.repairing and new.member_state.joined, what="it catches up")
+    await cluster.wait_converged()
+    assert members(cluster, moving) == members(cluster, leader)
+    # It counts: with the third voter down, the leader and the new server commit.
+    await cluster.stop(other)
+    await cluster.servers[leader].append([b"counted with the moved member"])
+    assert cluster.log_of(moving)[-1][2] == b"counted with the moved member"

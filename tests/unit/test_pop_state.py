@@ -473,14 +473,14 @@ async def test_a_replica_lacking_the_state_decodes_a_snapshot_off_the_event_loop
 def test_lease_offsets_sorted_by_slices_are_in_order_whatever_the_insertion_order():
     import random
 
-    from broker.consumer.pop_state import _SORT_SLICE, _sorted_keys
-    rising = {offset: None for offset in range(3 * _SORT_SLICE + 5)}
-    assert _sorted_keys(rising) == sorted(rising)
-    shuffled = list(range(2 * _SORT_SLICE + 7))
+    from store.slices import SLICE, sorted_in_slices
+    rising = list(range(3 * SLICE + 5))
+    assert sorted_in_slices(rising) == rising
+    shuffled = list(range(2 * SLICE + 7))
     random.Random(7).shuffle(shuffled)
-    resent = {**{o: None for o in range(100, 2 * _SORT_SLICE)}, 3: None, 1: None}   # old offsets re-granted last
-    for mapping in ({o: None for o in shuffled}, resent, {}):
-        assert _sorted_keys(mapping) == sorted(mapping)
+    resent = [*range(100, 2 * SLICE), 3, 1]   # old offsets re-granted last
+    for keys in (shuffled, resent, []):
+        assert sorted_in_slices(keys) == sorted(keys)
 
 
 async def test_a_replica_adopting_a_snapshot_as_of_an_earlier_entry_gets_the_ops_after_it_once(tmp_path):

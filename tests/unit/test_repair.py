@@ -13,7 +13,7 @@ import pytest
 from dledger.entry import HEADER_SIZE
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import Role
-from dledger.vote_rules import VoterView, decide_vote
+from dledger.vote_rules import VoterState, VoterView, decide_vote, no_intact_leader
 from rpcgen import dledger_pb2 as pb
 from tests.unit.raft_harness import Cluster
 
@@ -199,6 +199,71 @@ async def test_two_damaged_nodes_of_three_elect_the_healthy_one_and_repair(tmp_p
             assert cluster.log_of(node) == cluster.log_of(leader)
     finally:
         await cluster.stop()
+
+
+async def test_a_majority_damaged_at_the_same_committed_entry_refuses_clients_with_no_intact_copy(tmp_path):
+    """Two of three nodes lose the same committed entry (damaged disks) while
+    the third, which holds it, is down: nobody can be elected without losing
+    it. Clients get NO_INTACT_COPY naming the entries and the nodes (not
+    "no leader yet"); a read of the range on a damaged node says it lost
+    them. Once the intact node is back it leads and repairs the others."""
+    cluster = Cluster(str(tmp_path), scrub_bytes_per_s=8 << 20, scrub_pass_interval_s=0.3)
+    await cluster.start()
+    try:
+        keeper = await cluster.wait_leader()
+        for i in range(20):
+            await cluster.servers[keeper].append([b"entry-%d" % i])
+        await cluster.wait_converged()
+        end = cluster.servers[keeper].store.ledger_end_index
+        damaged = [n for n in cluster.servers if n != keeper]
+        await cluster.stop(keeper)
+        for node in damaged:
+            flip_body_byte(cluster, node, 7)
+        await eventually(lambda: all(cluster.servers[n].member_state.repairing for n in damaged),
+                         what="both scrubbers find the damage")
+        await eventually(lambda: all(cluster.servers[n].elector.no_intact_copy() for n in damaged),
+                         what="both learn that no reachable voter holds entry 7 intact")
+        for node in damaged:
+            server = cluster.servers[node]
+            with pytest.raises(DLedgerError) as refused:
+                await server.append([b"must not be taken"])
+            assert refused.value.code is ResponseCode.NO_INTACT_COPY
+            message = refused.value.message
+            assert f"entries up to {end}" in message and all(n in message for n in damaged) \
+                and f"unreachable: {keeper}" in message, message
+            assert server.handle_metadata(pb.MetadataRequest(), 0, "").no_intact_copy == message
+            with pytest.raises(DLedgerError) as unreadable:
+                await server.handle_read(pb.ReadRequest(start_index=0, end_index=end))
+            assert unreadable.value.code is ResponseCode.CORRUPT_LOG and "lost entries 7.." in \
+                unreadable.value.message
+        await cluster.start(keeper)
+        assert await cluster.wait_leader(timeout=15) == keeper
+        await cluster.servers[keeper].append([b"after"])
+        await eventually(lambda: not any(cluster.servers[n].member_state.repairing for n in damaged),
+                         what="both repair")
+        await cluster.wait_converged()
+        assert all(not cluster.servers[n].elector.no_intact_copy() for n in damaged)
+    finally:
+        await cluster.stop()
+
+
+def test_no_intact_leader_names_what_is_lost_only_when_no_reachable_voter_can_lead():
+    voters = ["n0", "n1", "n2"]
+    floor = (3, 57)
+    n0 = VoterState("n0", (3, 6), repairing=True, floor=floor)
+    n1 = VoterState("n1", (3, 6), repairing=True, floor=(3, 50))
+    assert "entries up to 57 (term 3)" in no_intact_leader(voters, [n0, n1])          # n2 down
+    assert "unreachable: n2" in no_intact_leader(voters, [n0, n1])
+    # A healthy voter whose log reaches every floor can lead: nothing to report.
+    assert no_intact_leader(voters, [n0, n1, VoterState("n2", (3, 57))]) == ""
+    # One that lacks entry 57 cannot (the repairing voters refuse it).
+    short = no_intact_leader(voters, [n0, VoterState("n1", (2, 70)), VoterState("n2", (3, 40))])
+    assert "n1 ends at entry 70" in short and "n2 ends at entry 40" in short
+    # Nobody lost anything: no leader is an election or a partition, not this.
+    assert no_intact_leader(voters, [VoterState("n0", (3, 6))]) == ""
+    # A node that lost its disk grants no vote at all; a healthy voter can still lead.
+    assert no_intact_leader(voters, [VoterState("n0", (0, -1), repairing=True), VoterState("n1", (3, 9))]) == ""
+    assert "n0 (its disk)" in no_intact_leader(voters, [VoterState("n0", (0, -1), repairing=True)])
 
 
 async def test_repairing_nodes_do_not_elect_a_node_that_lacks_what_they_had(tmp_path):
