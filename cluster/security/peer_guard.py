@@ -4,6 +4,7 @@ reaches the servicer, so a client (which presents no certificate) cannot
 disturb an election or a follower's log."""
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Awaitable, Callable
 
 import grpc
@@ -15,6 +16,7 @@ _SERVICE = pb.DESCRIPTOR.services_by_name["DLedgerService"].full_name
 PEER_ONLY_METHODS = frozenset(f"/{_SERVICE}/{m}" for m in ("Vote", "HeartBeat", "Push"))
 # Replication's stream (pushes and heartbeats on one call per follower).
 PEER_ONLY_STREAMS = frozenset({f"/{_SERVICE}/PeerStream"})
+FIRST_REQUEST_WAIT_S = 1.0
 
 
 def _refuse(request: Any, context: grpc.aio.ServicerContext) -> Awaitable[Any]:
@@ -23,6 +25,13 @@ def _refuse(request: Any, context: grpc.aio.ServicerContext) -> Awaitable[Any]:
 
 
 async def _refuse_stream(requests: Any, context: grpc.aio.ServicerContext) -> None:
+    # Take the first request (a peer writes at once) before ending the call:
+    # ended while the client's write was still in flight, the call reached the
+    # client as INTERNAL (RST_STREAM) now and then, not as the refusal below.
+    try:
+        await asyncio.wait_for(anext(aiter(requests), None), FIRST_REQUEST_WAIT_S)
+    except (asyncio.TimeoutError, grpc.RpcError, StopAsyncIteration):
+        pass
     await _refuse(None, context)
 
 

@@ -62,7 +62,7 @@ async def test_a_tls_cluster_elects_commits_and_refuses_plaintext(tmp_path: Path
                 await stream.write(pb.PeerStreamRequest())
             except grpc.aio.AioRpcError:
                 pass   # the node may have ended the call before the write: its status says why
-            assert await stream.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert await stream.code() == grpc.StatusCode.PERMISSION_DENIED, await stream.details()
         # Nor can a client without a certificate reach the peer port.
         async with security.channel(cluster.peer_addresses["n0"]) as channel:
             with pytest.raises(grpc.aio.AioRpcError) as refused:
