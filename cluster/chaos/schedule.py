@@ -116,7 +116,6 @@ def _combo_parts(rng: random.Random, kinds: tuple[str, ...]) -> tuple[str, ...]:
     # Two storage faults at once could damage a majority: combos take at most one.
     pool = [k for k in kinds if k != COMBO]
     if sum(k in DISK_KINDS for k in pool) > 1:
-        disk = [k for k in pool if k in DISK_KINDS]
         first = rng.choice(pool)
         rest = [k for k in pool if k != first and not (first in DISK_KINDS and k in DISK_KINDS)]
         return (first, rng.choice(rest)) if rest else (first, rng.choice(BASE_KINDS))

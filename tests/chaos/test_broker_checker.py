@@ -11,7 +11,6 @@ from cluster.chaos.checker import LogEntry
 from cluster.chaos.history import CheckBack, History, Operation, Outcome, SentMessage, load_history
 from dledger.entry import MAGIC_NORMAL
 from store import codec
-from store import message_const as mc
 from store.codec import MessageExt
 
 WALL0 = 1_700_000_000_000   # the history's wall clock at time 0

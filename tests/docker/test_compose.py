@@ -25,8 +25,7 @@ from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError, ResponseCode
 from store.codec import MESSAGE_MAGIC_CODES, peek_magic
 from store.system_entry import SYSTEM_MAGIC_CODE
-from tests.docker.compose import (NODE_IDS, SMALL_SEGMENTS, BuiltImage, ComposeProject, docker_unavailable_reason,
-                                  run)
+from tests.docker.compose import (NODE_IDS, SMALL_SEGMENTS, BuiltImage, ComposeProject, docker_unavailable_reason)
 
 SKIP_REASON = docker_unavailable_reason()
 pytestmark = [

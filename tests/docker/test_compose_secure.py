@@ -13,7 +13,7 @@ from cluster import certs
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError
 from dledger.rpc.credentials import ClientSecurity
-from tests.docker.compose import NODE_IDS, ROOT, BuiltImage, ComposeProject, docker_unavailable_reason, run
+from tests.docker.compose import NODE_IDS, ROOT, BuiltImage, ComposeProject, docker_unavailable_reason
 
 SKIP_REASON = docker_unavailable_reason()
 pytestmark = [

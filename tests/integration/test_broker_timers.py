@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from cluster.process_cluster import ProcessCluster, find_leader
+from cluster.process_cluster import ProcessCluster
 from dledger.client import DLedgerClient
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb

@@ -12,8 +12,7 @@ import asyncio
 
 import pytest
 
-from cluster.process_cluster import ProcessCluster, find_leader
-from dledger.client import DLedgerClient
+from cluster.process_cluster import ProcessCluster
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from tests.integration.broker_helpers import (METADATA, QueueReader, TelemetryProducer, Watcher, leader_of, message,

@@ -16,7 +16,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import grpc
 import pytest
 
 from broker.client.admin import AdminClient

@@ -5,10 +5,7 @@ counts as a voter nor receives entries."""
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +13,7 @@ import grpc
 import pytest
 
 from cluster import certs
-from cluster.process_cluster import ROOT, ProcessCluster, find_leader
+from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 from dledger.rpc.credentials import ClientSecurity
 from rpcgen import dledger_pb2 as pb

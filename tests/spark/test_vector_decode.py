@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from dledger.config import DLedgerConfig, PeerAddress
-from dledger.entry import CHANNEL_LOG_API, CHANNEL_STATE_MACHINE, MAGIC_NOOP, MAGIC_NORMAL, MAGIC_PRODUCER_MARK
+from dledger.entry import CHANNEL_LOG_API, CHANNEL_STATE_MACHINE, MAGIC_NOOP, MAGIC_PRODUCER_MARK
 from dledger.store.file_store import DLedgerFileStore
 from spark import vector_decode
 from spark.entry_scan import scan_file_range
@@ -216,7 +216,7 @@ def test_column_pruning_does_not_build_body_or_properties(corpus, monkeypatch):
     directory, committed = corpus
     parts = ranges(directory, committed)
     built: list[bool] = []
-    original_gather, original_split = vector_decode._gather, vector_decode._split_properties
+    original_gather = vector_decode._gather
 
     def gather(v, starts, lengths, text, valid=None):
         built.append(text)

@@ -9,7 +9,6 @@ import gc
 import random
 import threading
 
-import pytest
 
 from broker.consumer.pop_state import Lease, PopQueue, PopStateManager
 from store import captured_dict
