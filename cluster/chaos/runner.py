@@ -39,7 +39,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from cluster.chaos.availability import (longest_delivery_gap, longest_gap, recoveries, recovery_by_kind,
                                         recovery_stats)
@@ -300,29 +300,29 @@ async def wait_quiet(admin: DLedgerClient, cluster: ProcessCluster, nodes: list[
 async def wait_committed(admin: DLedgerClient, cluster: ProcessCluster, nodes: list[str], index: int,
                          timeout_s: float) -> list[str]:
     """Wait until every node has committed `index`; returns the ones that did not."""
-    loop = asyncio.get_running_loop()
-    give_up = loop.time() + timeout_s
-    behind = list(nodes)
-    while behind and loop.time() < give_up:
-        answers = await asyncio.gather(*(admin.metadata(cluster.addresses[n]) for n in behind))
-        behind = [n for n, a in zip(behind, answers) if a is None or a.committed_index < index]
-        if behind:
-            await asyncio.sleep(0.1)
-    return behind
+    return await _wait_nodes(admin, cluster, nodes, timeout_s,
+                             lambda answer: answer is None or answer.committed_index < index)
 
 
 async def wait_repaired(admin: DLedgerClient, cluster: ProcessCluster, nodes: list[str],
                         timeout_s: float) -> list[str]:
     """Wait until no node repairs its log any more; returns the ones that still do."""
+    return await _wait_nodes(admin, cluster, nodes, timeout_s, lambda answer: answer is None or answer.repairing)
+
+
+async def _wait_nodes(admin: DLedgerClient, cluster: ProcessCluster, nodes: list[str], timeout_s: float,
+                      pending: Callable[[Any], bool]) -> list[str]:
+    """Poll the nodes' metadata until `pending` holds for none (an
+    unanswered probe counts as pending); returns the ones still pending."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + timeout_s
-    repairing = list(nodes)
-    while repairing and loop.time() < give_up:
-        answers = await asyncio.gather(*(admin.metadata(cluster.addresses[n]) for n in repairing))
-        repairing = [n for n, a in zip(repairing, answers) if a is None or a.repairing]
-        if repairing:
+    waiting = list(nodes)
+    while waiting and loop.time() < give_up:
+        answers = await asyncio.gather(*(admin.metadata(cluster.addresses[n]) for n in waiting))
+        waiting = [n for n, answer in zip(waiting, answers) if pending(answer)]
+        if waiting:
             await asyncio.sleep(0.1)
-    return repairing
+    return waiting
 
 
 async def read_log(admin: DLedgerClient, node: str, attempts: int = 40) -> list[LogEntry]:
