@@ -79,6 +79,10 @@ class SimpleConsumer(BaseClient):
         # consumer group once (its Heartbeat creates it there).
         self.groups = GroupConnections(self.config, self.connection.client_id)
         self._greeted: set[str] = set()
+        # Several groups: the long poll under way per (topic, group), and what
+        # finished polls brought that no receive has handed out yet.
+        self._polls: dict[tuple[str, str], asyncio.Task[list[ReceivedMessage]]] = {}
+        self._arrived: deque[ReceivedMessage] = deque()
 
     def settings(self) -> pb.Settings:
         settings = super().settings()
@@ -102,6 +106,11 @@ class SimpleConsumer(BaseClient):
         await self.telemetry.resync()
 
     async def close(self) -> None:
+        # Messages a cancelled poll had leased come back after their lease.
+        for task in self._polls.values():
+            task.cancel()
+        await asyncio.gather(*self._polls.values(), return_exceptions=True)
+        self._polls.clear()
         await self.acks.close()
         await super().close()
         await self.groups.close()
@@ -141,25 +150,77 @@ class SimpleConsumer(BaseClient):
             # A group that just failed is left alone for its back-off window.
             now = time.monotonic()
             queues = [q for q in queues if self.groups.faults.available(q.broker.name, now)] or queues
-        queue = queues[next(self._queue_turn) % len(queues)]
         polling = self.await_duration_s if await_duration_s is None else await_duration_s
-        request = spb.ReceiveMessageRequest(
+        if several_groups:
+            return await self._receive_from_groups(topic, queues, max_messages, invisible_duration, polling)
+        queue = queues[next(self._queue_turn) % len(queues)]
+        request = self._receive_request(topic, queue, max_messages, invisible_duration, polling)
+        return await self.connection.call(f"receive from {topic!r}",
+                                          lambda address: self._receive_once(self.connection, address, request,
+                                                                             polling), long_poll=True)
+
+    def _receive_request(self, topic: str, queue: pb.MessageQueue, max_messages: int,
+                         invisible_duration: float | timedelta, polling: float) -> spb.ReceiveMessageRequest:
+        return spb.ReceiveMessageRequest(
             group=self.connection.resource(self.consumer_group), message_queue=queue,
             filter_expression=pb.FilterExpression(type=pb.TAG, expression=self.subscriptions[topic]),
             batch_size=max_messages, invisible_duration=duration(invisible_duration), auto_renew=False,
             long_polling_timeout=duration(polling),
             # The same id on a retry lets the broker hand back the same batch.
             attempt_id=uuid.uuid4().hex)
-        if not several_groups:
-            return await self.connection.call(f"receive from {topic!r}",
-                                              lambda address: self._receive_once(self.connection, address, request,
-                                                                                 polling), long_poll=True)
-        # Several groups: one attempt; a group that fails is left alone for
-        # its back-off window and this receive comes back empty (the next one
-        # goes to another group's queue) rather than waiting out the deadline
-        # on a group that lost its leader.
+
+    async def _receive_from_groups(self, topic: str, queues: list[pb.MessageQueue], max_messages: int,
+                                   invisible_duration: float | timedelta, polling: float) -> list[ReceivedMessage]:
+        """Several groups: a long poll on one queue of every group at once, so
+        that a group with nothing to deliver does not hold up one that has
+        (a single poll waits at least the broker's minimum of 5 s). The first
+        poll to answer ends the receive; the others go on, and what they
+        bring is handed out by the next receives, before any new poll."""
+        self._collect_polls()
+        if not self._arrived:
+            by_group: dict[str, list[pb.MessageQueue]] = {}
+            for queue in queues:
+                by_group.setdefault(queue.broker.name, []).append(queue)
+            for name, group_queues in by_group.items():
+                if (topic, name) not in self._polls:
+                    queue = group_queues[next(self._queue_turn) % len(group_queues)]
+                    request = self._receive_request(topic, queue, max_messages, invisible_duration, polling)
+                    self._polls[(topic, name)] = asyncio.create_task(self._poll_group(topic, queue, request, polling))
+            loop = asyncio.get_running_loop()
+            give_up = loop.time() + polling
+            while not self._arrived and self._polls and loop.time() < give_up:
+                done, _ = await asyncio.wait(list(self._polls.values()), timeout=give_up - loop.time(),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break
+                self._collect_polls()
+        return [self._arrived.popleft() for _ in range(min(max_messages, len(self._arrived)))]
+
+    def _collect_polls(self) -> None:
+        """Move what finished polls brought into the hand-out queue; a poll's
+        error that is not retriable is raised (after the others are kept)."""
+        failure: BaseException | None = None
+        for key, task in list(self._polls.items()):
+            if not task.done():
+                continue
+            del self._polls[key]
+            if task.cancelled():
+                continue
+            error = task.exception()
+            if error is None:
+                self._arrived.extend(task.result())
+            elif failure is None:
+                failure = error
+        if failure is not None:
+            raise failure
+
+    async def _poll_group(self, topic: str, queue: pb.MessageQueue, request: spb.ReceiveMessageRequest,
+                          polling: float) -> list[ReceivedMessage]:
+        # One attempt: a group that fails is left alone for its back-off
+        # window and its poll brings nothing, rather than waiting out the
+        # deadline on a group that lost its leader.
         try:
-            connection = await self._connection_for(queue, several_groups)
+            connection = await self._connection_for(queue, True)
             received = await connection.call(f"receive from {topic!r}",
                                              lambda address: self._receive_once(connection, address, request,
                                                                                 polling), lambda error: False,

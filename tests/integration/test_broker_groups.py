@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -189,6 +190,36 @@ async def test_a_message_not_acknowledged_comes_back_from_its_own_group(groups):
             await consumer.ack(*messages)
     assert set(first.values()) == {"g0", "g1"}
     assert {m: g for m, (g, _) in again.items()} == first                # redelivered by the group that has it
+
+
+async def test_a_group_with_nothing_to_deliver_does_not_hold_up_a_receive(groups):
+    """Every message goes to g1 only; a poll of g0 would wait the broker's
+    minimum long polling time (5 s) for nothing. The consumer polls every
+    group at once, so each message arrives at once (one poll at a time, in
+    turn, made every other receive wait the 5 s out)."""
+    topic = "OneSided"
+    await groups.create_topic(topic, 1)
+    await wait_route(groups, groups.addresses("g0")[0], topic, {"g0": [0], "g1": [0]})
+    leader = groups.groups["g1"].addresses[await groups.leader("g1")]
+    waits: list[float] = []
+    async with grpc.aio.insecure_channel(leader) as channel, \
+            SimpleConsumer(groups.addresses("g0")[:1], "OneSidedGroup", {topic: "*"},
+                           await_duration_s=10) as consumer:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        for i in range(4):
+            message = pb.Message(topic=pb.Resource(name=topic), body=b"one-sided %d" % i,
+                                 system_properties=pb.SystemProperties(message_id="01" + uuid.uuid4().hex.upper(),
+                                                                       born_host="127.0.0.1"))
+            sent = await stub.SendMessage(spb.SendMessageRequest(messages=[message]), metadata=METADATA, timeout=10)
+            assert sent.status.code == pb.OK, sent.status
+            started = time.monotonic()
+            received = []
+            while not received and time.monotonic() - started < 15:
+                received = await consumer.receive(8, invisible_duration=30)
+            waits.append(time.monotonic() - started)
+            assert [m.body for m in received] == [b"one-sided %d" % i] and received[0].broker_name == "g1"
+            await consumer.ack(*received)
+    assert max(waits) < 4.0, waits
 
 
 async def test_our_client_looks_routes_up_at_a_name_server_and_skips_one_that_is_down(groups):
