@@ -17,7 +17,7 @@ they print (issue 2), so both stay exactly as documented:
     dledger member list --servers ... --json
     dledger member add --servers ... --id ID --address HOST:PORT [--client-address HOST:PORT] [--no-wait] --json
     dledger member remove --servers ... --id ID --json
-    dledger member replace --servers ... --id ID --address HOST:PORT [--new-id ID] --json
+    dledger member replace --servers ... --id ID --address HOST:PORT [--new-id ID] [--client-address HOST:PORT] --json
     dledger chaos [--nodes 3] [--duration SECONDS] [--faults kill,partition,pause,...] [--seed N]
                   [--workload log|broker] [--out DIR] --json
     dledger replay (--data-dir DIR | --servers ...) --out DIR [--json] [--master URL]
@@ -217,7 +217,8 @@ async def cmd_member_remove(args: argparse.Namespace) -> int:
 
 async def cmd_member_replace(args: argparse.Namespace) -> int:
     async with DLedgerClient(args.servers, args.group) as client:
-        members = await client.replace_member(args.id, args.address, new_id=args.new_id, timeout_s=args.timeout)
+        members = await client.replace_member(args.id, args.address, new_id=args.new_id, timeout_s=args.timeout,
+                                              client_address=args.client_address or "")
     print_members(members, args.json)
     return 0
 
@@ -409,6 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 help="where peers reach the server that replaces it")
     member_replace.add_argument("--new-id", default="", metavar="ID",
                                 help="the new server's id (default: the same id, moved to --address)")
+    member_replace.add_argument("--client-address", metavar="HOST:PORT",
+                                help="where clients reach the new server, when not at --address (required under "
+                                     "mutual TLS: peers have ports of their own)")
     member_replace.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
                                 help="with --new-id: how long to wait for its promotion (default 120)")
     member_replace.set_defaults(run=cmd_member_replace)

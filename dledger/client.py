@@ -540,29 +540,32 @@ class DLedgerClient:
         """Remove a member (voter or learner); returns once the removal is committed."""
         return await self._change_membership(pb.REMOVE_MEMBER, member_id, "")
 
-    async def move_member(self, member_id: str, address: str) -> list[dict[str, str]]:
+    async def move_member(self, member_id: str, address: str, client_address: str = "") -> list[dict[str, str]]:
         """Give a member a new peer address under the same id and role (its
         machine was replaced); returns once committed. The leader refuses
         (ILLEGAL_MEMBER_STATE) while it still hears from the member at its
         old address: tried again until the deadline, as a server that just
         died is heard from until two election timeouts have passed."""
-        return await self._change_membership(pb.MOVE_MEMBER, member_id, address,
+        return await self._change_membership(pb.MOVE_MEMBER, member_id, address, client_address,
                                              retry=MEMBERSHIP_RETRY | {ResponseCode.ILLEGAL_MEMBER_STATE})
 
     async def replace_member(self, member_id: str, address: str, new_id: str = "",
-                             timeout_s: float = 60.0) -> list[dict[str, str]]:
+                             timeout_s: float = 60.0, client_address: str = "") -> list[dict[str, str]]:
         """Replace a (dead) member by a server at `address`, one server at a
         time. Without `new_id` (or with the same id) the member is moved:
         one configuration entry, the voters unchanged, and the server at the
         new address counts once it has caught up. With another id the new
         server is added first (a learner, promoted once caught up), then the
         old one removed, so the group never has fewer voters than before.
-        A retry after a failure carries on from where the group stands."""
+        A retry after a failure carries on from where the group stands.
+        `client_address`: where clients reach the new server (required
+        under mutual TLS, whose peer ports clients cannot use)."""
         if not new_id or new_id == member_id:
-            return await self.move_member(member_id, address)
+            return await self.move_member(member_id, address, client_address)
         members = {m["id"]: m for m in await self.members()}
         if members.get(new_id, {}).get("role") != "voter":
-            await self.add_member(new_id, address, wait_for_voter=True, timeout_s=timeout_s)
+            await self.add_member(new_id, address, wait_for_voter=True, timeout_s=timeout_s,
+                                  client_address=client_address)
         elif members[new_id]["address"] != address:
             raise DLedgerError(ResponseCode.UNEXPECTED_MEMBER,
                                f"{new_id} is already a member at {members[new_id]['address']}, not {address}")

@@ -120,9 +120,12 @@ class Membership:
     def promoted(self, member_id: str) -> "Membership":
         return Membership(tuple(replace(m, role=VOTER) if m.id == member_id else m for m in self.members))
 
-    def moved(self, member_id: str, address: str) -> "Membership":
-        return Membership(tuple(replace(m, address=address, incarnation=m.incarnation + 1) if m.id == member_id
-                                else m for m in self.members))
+    def moved(self, member_id: str, address: str, client_address: str | None = None) -> "Membership":
+        """`client_address` None keeps the member's own."""
+        def move(m: Member) -> Member:
+            return replace(m, address=address, incarnation=m.incarnation + 1,
+                           client_address=m.client_address if client_address is None else client_address)
+        return Membership(tuple(move(m) if m.id == member_id else m for m in self.members))
 
     def incarnation_of(self, member_id: str) -> int:
         member = self.get(member_id)
@@ -191,18 +194,28 @@ def plan_add(current: Membership, member_id: str, address: str, client_address: 
 
 
 def plan_move(current: Membership, member_id: str, address: str, leader_id: str,
-              heard_from_s: float | None, silent_needed_s: float) -> Membership | None:
+              heard_from_s: float | None, silent_needed_s: float, client_address: str = "",
+              separate_client_port: bool = False) -> Membership | None:
     """The configuration that gives `member_id` a new address (same id, same
     role, a new incarnation); None when it is already there (a retry).
     `heard_from_s`: how long ago the leader last heard from it (None: never
     in this term). A member that still answers at its old address is not
-    moved: two processes under one id could each vote once in a term."""
+    moved: two processes under one id could each vote once in a term.
+    `client_address`: where clients reach it now (required when the peers
+    talk mutual TLS on ports of their own, as for an added member)."""
     check_address(address)
+    if client_address:
+        check_address(client_address)
+    elif separate_client_port:
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                           f"this group's peers talk mutual TLS on ports of their own, which clients cannot use: "
+                           f"give {member_id}'s new client address too (dledger member replace --client-address "
+                           f"HOST:PORT)")
     member = current.get(member_id)
     if member is None:
         raise DLedgerError(ResponseCode.UNKNOWN_MEMBER,
                            f"{member_id!r} is not a member (members: {', '.join(current.ids)}); add it instead")
-    if member.address == address:
+    if member.address == address and client_address in ("", member.client_address):
         return None
     for m in current.members:
         if m.address == address:
@@ -215,7 +228,7 @@ def plan_move(current: Membership, member_id: str, address: str, leader_id: str,
         raise DLedgerError(ResponseCode.ILLEGAL_MEMBER_STATE,
                            f"{member_id} still answers at {member.address} (last heard {heard_from_s:.1f} s ago): "
                            f"stop it before moving it, or it would run twice under one id")
-    return current.moved(member_id, address)
+    return current.moved(member_id, address, client_address or None)
 
 
 def plan_remove(current: Membership, member_id: str) -> Membership:

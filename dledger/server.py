@@ -272,7 +272,8 @@ class DLedgerServer:
             planned = plan_remove(current, member_id)
         elif action == pb.MOVE_MEMBER:
             planned = plan_move(current, member_id, address, self.config.self_id, self._silent_for(member_id),
-                                MOVE_SILENCE_ELECTION_TIMEOUTS * self.config.election_timeout_max_s)
+                                MOVE_SILENCE_ELECTION_TIMEOUTS * self.config.election_timeout_max_s,
+                                client_address, self.config.mutual_tls)
             if planned is None:
                 return -1, current
         else:

@@ -340,6 +340,17 @@ def test_move_rules_same_id_new_address_only_once_silent_and_never_the_leader():
         with pytest.raises(DLedgerError) as e:
             plan_move(three, *args)
         assert e.value.code is code, args
+    # Under mutual TLS clients cannot use the peer port: the new client
+    # address is required, kept by the move, and a retry is still a no-op.
+    with pytest.raises(DLedgerError) as e:
+        plan_move(three, "n1", "h:9", "n0", 5.0, 2.0, separate_client_port=True)
+    assert e.value.code is ResponseCode.UNEXPECTED_ARGUMENT and "--client-address" in e.value.message
+    secure = plan_move(three, "n1", "h:9", "n0", 5.0, 2.0, client_address="c:9", separate_client_port=True)
+    assert secure.get("n1") == Member("n1", "h:9", VOTER, "c:9", incarnation=1)
+    assert secure.client_address_of("n1") == "c:9" and Membership.from_json(secure.to_json()) == secure
+    assert plan_move(secure, "n1", "h:9", "n0", 5.0, 2.0, client_address="c:9") is None
+    assert plan_move(secure, "n1", "h:9", "n0", 5.0, 2.0) is None     # no client address given: the one it has
+    assert plan_move(secure, "n1", "h:8", "n0", 5.0, 2.0).get("n1").client_address == "c:9"
     # An earlier incarnation of a moved member gets no vote (the old process,
     # if it still runs): the new server under its id may vote in this term too.
     view = VoterView(self_id="n0", peer_ids=frozenset({"n0", "n1", "n2"}), term=3, vote_for="",
