@@ -240,3 +240,41 @@ async def test_a_retry_after_the_first_call_was_cancelled_mid_put_is_answered_no
         assert copies(cluster, leader, "Cancelled").count(b"once") == 1
     finally:
         await cluster.stop()
+
+
+async def test_a_retry_of_a_delayed_message_after_an_unknown_outcome_and_due_by_then_is_not_stored(tmp_path):
+    # The first put goes to the timer topic and its commit is not seen (the
+    # leader lost its quorum); the retry, same leader, same term, comes once
+    # the message is due, so it would go straight to its topic: the doubt
+    # must be settled by looking in the timer topics too (found by a
+    # 10-minute broker chaos run: a torn tail on one follower while the
+    # other repaired, one delayed message stored twice).
+    from google.protobuf.timestamp_pb2 import Timestamp
+    cluster = BrokerCluster(str(tmp_path), max_wait_ack_s=0.5, election_timeout_min_s=3.0,
+                            election_timeout_max_s=4.0)
+    await cluster.start()
+    try:
+        leader = await cluster.wait_leader()
+        broker = cluster.brokers[leader]
+        due = Timestamp()
+        due.FromMilliseconds(cluster.clock() + 2000)
+        # The warm-up creates the topic and the timer topic.
+        await broker.sender.send([protocol_message("LaterDoubt", b"warm-up", delivery_timestamp=due,
+                                                   message_type=pb.DELAY)])
+        await cluster.wait_applied()
+        message = protocol_message("LaterDoubt", b"once", delivery_timestamp=due, message_type=pb.DELAY)
+        term = cluster.servers[leader].member_state.term
+        cluster.network.isolate(leader)
+        first = await broker.sender.send([message])
+        assert first.status.code != pb.OK                       # written to the timer topic, commit not seen
+        cluster.network.heal()
+        cluster.clock.advance(5000)                             # due now
+        again = await broker.sender.send([message])
+        assert cluster.servers[leader].member_state.term == term
+        assert again.status.code == pb.OK, again.status
+        await cluster.eventually(lambda: b"once" in copies(cluster, leader, "LaterDoubt"), what="the timer delivers it")
+        await asyncio.sleep(0.5)
+        await cluster.wait_applied()
+        assert copies(cluster, leader, "LaterDoubt").count(b"once") == 1
+    finally:
+        await cluster.stop()
