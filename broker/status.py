@@ -56,6 +56,12 @@ def _store_code(error: BaseException) -> tuple[int, str]:
             return pb.HA_NOT_AVAILABLE, error.message
         if error.code in (ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.TERM_CHANGED):
             return pb.SLAVE_PERSISTENCE_TIMEOUT, error.message
+        if error.code is ResponseCode.DISK_ERROR:
+            # The node's disk failed and it is stopping (fail-stop): what it
+            # had pushed may still commit under the next leader, so the
+            # outcome is unknown and the client's retry (same message id,
+            # same receipt handle) goes there.
+            return pb.SLAVE_PERSISTENCE_TIMEOUT, f"this node's disk failed and it is stopping; retry: {error.message}"
         return pb.INTERNAL_SERVER_ERROR, f"{error.code.name}: {error.message}"
     log.exception("unexpected error", exc_info=error)
     return pb.INTERNAL_SERVER_ERROR, f"internal error: {type(error).__name__}: {error}"
