@@ -25,6 +25,9 @@ from spark.options import OptionError, SourceOptions
 from spark.schema import SCHEMA, requested_columns
 
 FORMAT = "dledger"
+# With the JVM reader on the classpath, "dledger" is its provider (spark/jvm), which
+# reads file mode itself and hands every other query to this source under this name.
+PYTHON_FORMAT = "dledger_python"
 
 
 class DLedgerDataSource(DataSource):
@@ -38,7 +41,12 @@ class DLedgerDataSource(DataSource):
         return StructType([field for field in SCHEMA.fields if field.name != "properties"])
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return DLedgerBatchReader(SourceOptions.parse(self.options), _checked(schema))
+        options = SourceOptions.parse(self.options)
+        if options.reader == "jvm":
+            # The JVM provider (spark/jvm) takes reader=jvm itself; here it is not on the classpath.
+            raise OptionError("reader=jvm: the dledger JVM reader is not on this session's classpath "
+                              "(spark/jvm_reader.py logs why; without javac the Python reader reads file mode)")
+        return DLedgerBatchReader(options, _checked(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from spark.stream_reader import DLedgerStreamReader
@@ -57,6 +65,15 @@ class DLedgerDataSource(DataSource):
 
         _refuse_overwrite(overwrite)
         return DLedgerStreamWriter(SinkOptions.parse(self.options, schema))
+
+
+class DLedgerPythonDataSource(DLedgerDataSource):
+    """The same source, registered under the name the JVM provider delegates to
+    (Spark refuses a Python source whose name a JVM source already has)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_FORMAT
 
 
 def _refuse_overwrite(overwrite: bool) -> None:
