@@ -10,9 +10,10 @@
    the limit. python_scan / python_decode / python_vector: one core, no
    Spark: entry walk with CRCs, decoding into Arrow batches row by row (the
    reference), and the vectorised decoder (CRCs included).
-3. spark_arrow / spark_tuples / spark_parquet: `spark.read.format("dledger")`
-   into an aggregate over every column, local[2], warm session, with the
-   vectorised decoder (the default) and row-by-row tuples, against Spark's
+3. spark_jvm / spark_arrow / spark_tuples / spark_parquet: `spark.read.format("dledger")`
+   into an aggregate over every column, local[2], warm session: the JVM reader
+   (spark/jvm, what file mode uses when the session has it), the Python reader
+   with the vectorised decoder and with row-by-row tuples, against Spark's
    own Parquet reader over the same rows (written once from the source,
    untimed, into CORPUS/parquet): interleaved runs, best of --runs, and the
    ratio to Parquet (vs_parquet; above 1 is faster than Parquet). Also the
@@ -199,10 +200,19 @@ def bench_spark(corpus: str, info: dict[str, Any], decodes: tuple[str, ...], run
     try:
         parquet = os.path.join(corpus, "parquet")
         if not os.path.exists(os.path.join(parquet, "_SUCCESS")):
-            spark.read.format("dledger").load(corpus).write.mode("overwrite").parquet(parquet)
+            spark.read.format("dledger").option("reader", "python").load(corpus).write.mode("overwrite") \
+                .parquet(parquet)
         # A new DataFrame for every run: collecting one twice returns a cached result.
-        frames = {f"spark_{decode}": lambda decode=decode: spark.read.format("dledger").option("decode", decode)
-                  .load(corpus) for decode in decodes}
+        # The Python reader (reader=python) with each decode, and the JVM reader (spark/jvm) when the session has it.
+        frames = {f"spark_{decode}": lambda decode=decode: spark.read.format("dledger").option("reader", "python")
+                  .option("decode", decode).load(corpus) for decode in decodes}
+        from spark.jvm_reader import on_classpath
+
+        if on_classpath(spark):
+            frames["spark_jvm"] = lambda: spark.read.format("dledger").option("reader", "jvm").load(corpus)
+        else:
+            print(json.dumps({"bench": "spark_jvm", "skipped": "the JVM reader is not on the classpath "
+                              "(spark.jvm_reader logs why)"}), flush=True)
         frames["spark_parquet"] = lambda: spark.read.parquet(parquet)
         if floors:
             from bench import arrow_floor
