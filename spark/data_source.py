@@ -1,6 +1,6 @@
 """The PySpark data source `dledger`: committed log entries as a DataFrame.
 
-    spark.dataSource.register(DLedgerDataSource)
+    spark.session.register(spark)   # registers DLedgerDataSource (as dledger_python beside the JVM reader)
     spark.read.format("dledger").load("/var/lib/dledger/n0")                 # a node's files
     spark.read.format("dledger").option("servers", "h1:20911,h2:20911").load()  # a running group
     spark.readStream.format("dledger").option("servers", ...).load()         # new commits as they come
@@ -9,6 +9,11 @@ Only entries at or below the committed index are ever returned: for files,
 the committedIndex in the node's checkpoint; live, the leader's committed
 index when the query is planned. The columns are in spark/schema.py, the
 options in spark/options.py.
+
+With the JVM reader's jar on the classpath (spark/jvm_reader.py, spark/session.py),
+`format("dledger")` is the Java provider io.pydledger.spark.DLedgerSource: it reads
+batch queries over a node's files itself (columnar, faster than Parquet) and hands
+everything else to this source, registered then as "dledger_python".
 """
 from __future__ import annotations
 

@@ -138,3 +138,14 @@ def test_a_damaged_entry_is_refused_with_the_reference_error(spark, corpus, tmp_
     with pytest.raises(Exception) as jvm:
         read(spark, copy, "jvm").collect()
     assert f"LogFilesError: {reference.value}" in str(jvm.value)
+
+
+def test_a_bare_copy_of_the_data_segments(spark, corpus, tmp_path):
+    """No index files: the JVM reader walks each segment from its first entry, as the reference does."""
+    directory, _ = corpus
+    copy = tmp_path / "segments"
+    shutil.copytree(directory / "dledger-n0" / "data", copy)
+    shutil.copy(directory / "dledger-n0" / "checkpoint", copy / "checkpoint")
+    jvm = read(spark, copy, "jvm", startIndex="7")
+    assert "dledger JVM reader" in plan(jvm)
+    assert rows(jvm) == rows(read(spark, copy, "python", startIndex="7"))
