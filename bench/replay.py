@@ -10,14 +10,17 @@
    the limit. python_scan / python_decode / python_vector: one core, no
    Spark: entry walk with CRCs, decoding into Arrow batches row by row (the
    reference), and the vectorised decoder (CRCs included).
-3. spark_arrow / spark_tuples / spark_parquet: `spark.read.format("dledger")`
-   into an aggregate over every column, local[2], warm session, with the
-   vectorised decoder (the default) and row-by-row tuples, against Spark's
+3. spark_jvm / spark_arrow / spark_tuples / spark_parquet: `spark.read.format("dledger")`
+   into an aggregate over every column, local[2], warm session: the JVM reader
+   (spark/jvm, what file mode uses when the session has it), the Python reader
+   with the vectorised decoder and with row-by-row tuples, against Spark's
    own Parquet reader over the same rows (written once from the source,
    untimed, into CORPUS/parquet): interleaved runs, best of --runs, and the
    ratio to Parquet (vs_parquet; above 1 is faster than Parquet). Also the
    floor of any Python data source (spark_floor_source, spark_floor_map_in_arrow:
    bench/arrow_floor.py, prebuilt batches, no decoding) and the executed plans.
+   With --narrow, narrow_*: a query over 3 of the 18 columns, where the JVM
+   reader's column pruning counts (the Python reader with and without a schema of its own).
 4. with --live N: spark_live_replicas / spark_live_leader / spark_file: a
    three-node group holding N raw 1 KiB entries read live (from followers,
    the default, and from the leader) and from a follower's files, with each
@@ -199,10 +202,19 @@ def bench_spark(corpus: str, info: dict[str, Any], decodes: tuple[str, ...], run
     try:
         parquet = os.path.join(corpus, "parquet")
         if not os.path.exists(os.path.join(parquet, "_SUCCESS")):
-            spark.read.format("dledger").load(corpus).write.mode("overwrite").parquet(parquet)
+            spark.read.format("dledger").option("reader", "python").load(corpus).write.mode("overwrite") \
+                .parquet(parquet)
         # A new DataFrame for every run: collecting one twice returns a cached result.
-        frames = {f"spark_{decode}": lambda decode=decode: spark.read.format("dledger").option("decode", decode)
-                  .load(corpus) for decode in decodes}
+        # The Python reader (reader=python) with each decode, and the JVM reader (spark/jvm) when the session has it.
+        frames = {f"spark_{decode}": lambda decode=decode: spark.read.format("dledger").option("reader", "python")
+                  .option("decode", decode).load(corpus) for decode in decodes}
+        from spark.jvm_reader import on_classpath
+
+        if on_classpath(spark):
+            frames["spark_jvm"] = lambda: spark.read.format("dledger").option("reader", "jvm").load(corpus)
+        else:
+            print(json.dumps({"bench": "spark_jvm", "skipped": "the JVM reader is not on the classpath "
+                              "(spark.jvm_reader logs why)"}), flush=True)
         frames["spark_parquet"] = lambda: spark.read.parquet(parquet)
         if floors:
             from bench import arrow_floor
@@ -240,6 +252,44 @@ def bench_spark(corpus: str, info: dict[str, Any], decodes: tuple[str, ...], run
                  partitions=frame().rdd.getNumPartitions(), runs_s=[round(t, 2) for t in times[name]],
                  spark_cpu_s=round(cpus[name][best], 1), rows_per_cpu_s=round(info["messages"] / cpus[name][best]),
                  note="best of interleaved runs; CPU = the JVM's and its Python workers'")
+    finally:
+        spark.stop()
+
+
+NARROW = ("count(*) AS rows", "sum(queue_offset)", "count(distinct topic)", "max(store_timestamp)")
+
+
+def bench_narrow(corpus: str, info: dict[str, Any], runs: int = 3) -> None:
+    """A query that reads 3 of the 18 columns (NARROW): the JVM reader prunes the
+    others (no body, no properties built), Parquet reads only those; the Python
+    reader decodes every column unless the query gives its own schema, so it
+    runs both ways. Interleaved, best of `runs`."""
+    from spark.jvm_reader import on_classpath
+    from spark.session import build_session
+
+    spark = build_session("local[2]", app_name="bench-replay-narrow")
+    try:
+        parquet = os.path.join(corpus, "parquet")
+        own = "topic STRING, queue_offset LONG, store_timestamp TIMESTAMP"
+        frames = {"narrow_python": lambda: spark.read.format("dledger").option("reader", "python").load(corpus),
+                  "narrow_python_schema": lambda: spark.read.format("dledger").option("reader", "python")
+                  .schema(own).load(corpus),
+                  "narrow_parquet": lambda: spark.read.parquet(parquet)}
+        if on_classpath(spark):
+            frames["narrow_jvm"] = lambda: spark.read.format("dledger").option("reader", "jvm").load(corpus)
+        times: dict[str, list[float]] = {name: [] for name in frames}
+        results: dict[str, Any] = {}
+        for _ in range(runs):
+            for name, frame in frames.items():
+                started = time.monotonic()
+                results[name] = frame().selectExpr(*NARROW).first()
+                times[name].append(time.monotonic() - started)
+        for name in frames:
+            assert results[name] == results["narrow_parquet"], (name, results[name], results["narrow_parquet"])
+            extra = {} if name == "narrow_parquet" else \
+                {"vs_parquet": round(min(times["narrow_parquet"]) / min(times[name]), 2)}
+            emit(name, min(times[name]), info["messages"], info["log_bytes"], **extra,
+                 runs_s=[round(t, 2) for t in times[name]], note="; ".join(NARROW))
     finally:
         spark.stop()
 
@@ -413,6 +463,8 @@ def main() -> None:
     parser.add_argument("--skip-streaming", action="store_true")
     parser.add_argument("--skip-floor", action="store_true",
                         help="leave out the Python data source floor (prebuilt batches, bench/arrow_floor.py)")
+    parser.add_argument("--narrow", action="store_true",
+                        help="also a query over 3 columns: the JVM reader's column pruning against Parquet")
     parser.add_argument("--live", type=int, default=0, metavar="N",
                         help="also compare live mode with file mode on N entries of a three-node group")
     args = parser.parse_args()
@@ -422,6 +474,8 @@ def main() -> None:
     bench_python(args.corpus, info)
     bench_spark(args.corpus, info, ("arrow",) if args.skip_tuples else ("arrow", "tuples"), args.runs,
                 floors=not args.skip_floor)
+    if args.narrow:
+        bench_narrow(args.corpus, info, args.runs)
     if args.live:
         bench_live(args.live)
     if not args.skip_streaming:

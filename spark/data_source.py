@@ -1,6 +1,6 @@
 """The PySpark data source `dledger`: committed log entries as a DataFrame.
 
-    spark.dataSource.register(DLedgerDataSource)
+    spark.session.register(spark)   # registers DLedgerDataSource (as dledger_python beside the JVM reader)
     spark.read.format("dledger").load("/var/lib/dledger/n0")                 # a node's files
     spark.read.format("dledger").option("servers", "h1:20911,h2:20911").load()  # a running group
     spark.readStream.format("dledger").option("servers", ...).load()         # new commits as they come
@@ -9,6 +9,11 @@ Only entries at or below the committed index are ever returned: for files,
 the committedIndex in the node's checkpoint; live, the leader's committed
 index when the query is planned. The columns are in spark/schema.py, the
 options in spark/options.py.
+
+With the JVM reader's jar on the classpath (spark/jvm_reader.py, spark/session.py),
+`format("dledger")` is the Java provider io.pydledger.spark.DLedgerSource: it reads
+batch queries over a node's files itself (columnar, faster than Parquet) and hands
+everything else to this source, registered then as "dledger_python".
 """
 from __future__ import annotations
 
@@ -25,6 +30,9 @@ from spark.options import OptionError, SourceOptions
 from spark.schema import SCHEMA, requested_columns
 
 FORMAT = "dledger"
+# With the JVM reader on the classpath, "dledger" is its provider (spark/jvm), which
+# reads file mode itself and hands every other query to this source under this name.
+PYTHON_FORMAT = "dledger_python"
 
 
 class DLedgerDataSource(DataSource):
@@ -38,7 +46,12 @@ class DLedgerDataSource(DataSource):
         return StructType([field for field in SCHEMA.fields if field.name != "properties"])
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return DLedgerBatchReader(SourceOptions.parse(self.options), _checked(schema))
+        options = SourceOptions.parse(self.options)
+        if options.reader == "jvm":
+            # The JVM provider (spark/jvm) takes reader=jvm itself; here it is not on the classpath.
+            raise OptionError("reader=jvm: the dledger JVM reader is not on this session's classpath "
+                              "(spark/jvm_reader.py logs why; without javac the Python reader reads file mode)")
+        return DLedgerBatchReader(options, _checked(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from spark.stream_reader import DLedgerStreamReader
@@ -57,6 +70,15 @@ class DLedgerDataSource(DataSource):
 
         _refuse_overwrite(overwrite)
         return DLedgerStreamWriter(SinkOptions.parse(self.options, schema))
+
+
+class DLedgerPythonDataSource(DLedgerDataSource):
+    """The same source, registered under the name the JVM provider delegates to
+    (Spark refuses a Python source whose name a JVM source already has)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_FORMAT
 
 
 def _refuse_overwrite(overwrite: bool) -> None:

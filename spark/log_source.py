@@ -118,6 +118,8 @@ def _conform(batches: Iterator[pa.RecordBatch], schema: StructType | None) -> It
     (a query's own schema may call a column nullable that ours does not)."""
     target = arrow_schema_of(schema)
     for batch in batches:
+        if batch.schema.names != target.names:  # the vectorised decoder keeps the source's column order
+            batch = batch.select(target.names)
         if batch.schema.equals(target):
             yield batch
         else:

@@ -30,6 +30,9 @@ with a message naming them: a typo must not silently read something else.
     maxBytesPerSecond     live mode: throttle each partition's reads to this many bytes/s
     failOnDataLoss        stream: fail (default) or skip when retention deleted entries not yet read
     decode                arrow (default): RecordBatches to Spark; tuples: row by row (slower, for comparison)
+    reader                file mode, batch: auto (default): the JVM reader when the session has it
+                          (spark/jvm_reader.py) and it takes the options, else this Python reader;
+                          jvm: the JVM reader or an error; python: this reader
     user, secretFile      live mode on a secured cluster: sign as this user, its secret the first line
                           of the file (every executor reads it; the plan carries the path, not the secret)
     tlsCa                 live mode: trust this CA and speak TLS
@@ -61,7 +64,7 @@ EARLIEST, LATEST = -2, -1  # Kafka's per-partition JSON values
 KNOWN_OPTIONS = ("path", "servers", "group", "nodeId", "topic", "subscribePattern", "startIndex", "endIndex",
                  "startingOffsets", "endingOffsets", "startingTimestamp", "includeProperties",
                  "maxEntriesPerTrigger", "maxPartitionBytes", "entriesPerPartition", "minPartitions",
-                 "preferReplicas", "maxBytesPerSecond", "failOnDataLoss", "decode", "user", "secretFile", "tlsCa")
+                 "preferReplicas", "maxBytesPerSecond", "failOnDataLoss", "decode", "user", "secretFile", "tlsCa", "reader")
 _CANONICAL = {name.lower(): name for name in KNOWN_OPTIONS}
 FILE_ONLY = ("nodeId", "maxPartitionBytes")
 LIVE_ONLY = ("entriesPerPartition", "preferReplicas", "maxBytesPerSecond", "user", "secretFile", "tlsCa")
@@ -115,6 +118,7 @@ class SourceOptions:
     max_bytes_per_second: int | None = None
     starting_given: bool = False  # startingOffsets was set (else: the mode's default)
     access: LiveAccess = LiveAccess()
+    reader: str = "auto"  # auto | jvm | python (the JVM provider reads the option; see spark/jvm)
 
     @property
     def live(self) -> bool:
@@ -170,6 +174,7 @@ class SourceOptions:
             max_bytes_per_second=_optional_integer(values, "maxbytespersecond", 1),
             starting_given=bool(starting_text),
             access=_access(values),
+            reader=_reader(values.get("reader", "auto")),
         )
 
 
@@ -291,6 +296,13 @@ def _integer(name: str, text: str, minimum: int) -> int:
     if value < minimum:
         raise OptionError(f"{name}: expected at least {minimum}, got {value}")
     return value
+
+
+def _reader(text: str) -> str:
+    lowered = text.strip().lower() or "auto"
+    if lowered not in ("auto", "jvm", "python"):
+        raise OptionError(f"reader: expected auto, jvm or python, got {text!r}")
+    return lowered
 
 
 def _decode(text: str) -> bool:

@@ -6,7 +6,11 @@ session here needs, whatever the master:
   pyarrow and this project (installed in the same environment);
 - quiet logs: a log4j2 file that keeps Spark at WARN and silences the known
   harmless warnings (reference: shared toolchain notes, section 3);
-- the `dledger` data sources registered.
+- the `dledger` data sources registered;
+- the JVM reader for file mode on the classpath (spark/jvm_reader.py builds
+  its jar; without `javac` the Python reader reads file mode, as it always could).
+  `jvm_reader=False` leaves it out. Under spark-submit the JVM is already up:
+  pass the jar with --jars (`python -c "from spark.jvm_reader import jar_path; print(jar_path())"`).
 """
 from __future__ import annotations
 
@@ -57,7 +61,8 @@ QUICK_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def build_session(master: str | None = None, app_name: str = "dledger-replay",
-                  extra: dict[str, Any] | None = None, quick_start: bool = False) -> SparkSession:
+                  extra: dict[str, Any] | None = None, quick_start: bool = False,
+                  jvm_reader: bool = True) -> SparkSession:
     """Get or create the session. `master` None means local[2] on loopback,
     except under spark-submit, whose --master and --conf then decide."""
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM for us
@@ -87,7 +92,14 @@ def build_session(master: str | None = None, app_name: str = "dledger-replay",
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j_config_path()}"
                        + (f" {QUICK_START_JAVA_OPTIONS}" if quick_start else "")))
-    for key, value in (extra or {}).items():
+    extra = dict(extra or {})
+    if jvm_reader and not submitted:
+        from spark.jvm_reader import jar_path
+
+        jar = jar_path()
+        if jar is not None:  # also shipped to executors elsewhere (spark.jars)
+            extra["spark.jars"] = ",".join(j for j in (extra.get("spark.jars"), jar) if j)
+    for key, value in extra.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     register(spark)
@@ -109,7 +121,10 @@ def address_towards(master: str) -> str | None:
 
 def register(spark: SparkSession) -> None:
     from spark.consume_queue_source import ConsumeQueueDataSource
-    from spark.data_source import DLedgerDataSource
+    from spark.data_source import DLedgerDataSource, DLedgerPythonDataSource
+    from spark.jvm_reader import on_classpath
 
-    spark.dataSource.register(DLedgerDataSource)
+    # With the JVM reader's jar on the classpath, "dledger" is its provider,
+    # which hands what it does not read itself to the Python source by this other name.
+    spark.dataSource.register(DLedgerPythonDataSource if on_classpath(spark) else DLedgerDataSource)
     spark.dataSource.register(ConsumeQueueDataSource)

@@ -1,0 +1,169 @@
+package io.pydledger.spark;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.util.EnumSet;
+import java.util.List;
+import java.util.Set;
+import java.util.function.Supplier;
+
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+
+/**
+ * A node's files as a table: batch reads by the JVM reader (column pruning,
+ * columnar batches); a stream over the same files, or a write, goes to the
+ * Python source's table (its stream reader, its sink, which refuses a path).
+ */
+final class FileTable implements Table, SupportsRead, SupportsWrite {
+    private final StructType schema;
+    private final FileOptions options;
+    private final Supplier<Table> python;
+    private Table pythonTable;
+
+    FileTable(StructType schema, FileOptions options, Supplier<Table> python) {
+        this.schema = schema;
+        this.options = options;
+        this.python = python;
+    }
+
+    private Table python() {
+        if (pythonTable == null) {
+            pythonTable = python.get();
+        }
+        return pythonTable;
+    }
+
+    @Override
+    public String name() {
+        return DLedgerSource.NAME;
+    }
+
+    @Override
+    public StructType schema() {
+        return schema;
+    }
+
+    @Override
+    public Set<TableCapability> capabilities() {
+        Set<TableCapability> capabilities = EnumSet.of(TableCapability.BATCH_READ);
+        capabilities.addAll(python().capabilities());
+        return capabilities;
+    }
+
+    @Override
+    public ScanBuilder newScanBuilder(CaseInsensitiveStringMap scanOptions) {
+        return new Builder(scanOptions);
+    }
+
+    @Override
+    public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+        return ((SupportsWrite) python()).newWriteBuilder(info);
+    }
+
+    private final class Builder implements ScanBuilder, SupportsPushDownRequiredColumns {
+        private final CaseInsensitiveStringMap scanOptions;
+        private StructType required = schema;
+
+        Builder(CaseInsensitiveStringMap scanOptions) {
+            this.scanOptions = scanOptions;
+        }
+
+        @Override
+        public void pruneColumns(StructType requiredSchema) {
+            required = requiredSchema;
+        }
+
+        @Override
+        public Scan build() {
+            return new FileScan(required, scanOptions);
+        }
+    }
+
+    private final class FileScan implements Scan, Batch {
+        private final StructType read;
+        private final CaseInsensitiveStringMap scanOptions;
+
+        FileScan(StructType read, CaseInsensitiveStringMap scanOptions) {
+            this.read = read;
+            this.scanOptions = scanOptions;
+        }
+
+        @Override
+        public StructType readSchema() {
+            return read;
+        }
+
+        @Override
+        public String description() {
+            return "dledger JVM reader " + options.path;
+        }
+
+        @Override
+        public Batch toBatch() {
+            return this;
+        }
+
+        @Override
+        public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+            return ((SupportsRead) python()).newScanBuilder(scanOptions).build().toMicroBatchStream(checkpointLocation);
+        }
+
+        @Override
+        public InputPartition[] planInputPartitions() {
+            List<FileRange> ranges = LogFiles.planBatch(options);
+            return ranges.toArray(new InputPartition[0]);
+        }
+
+        @Override
+        public PartitionReaderFactory createReaderFactory() {
+            return new Factory(read, options.topics == null ? null : new java.util.HashSet<>(options.topics));
+        }
+    }
+
+    static final class Factory implements PartitionReaderFactory {
+        private static final long serialVersionUID = 1L;
+        private final StructType schema;
+        private final java.util.HashSet<String> topics;
+
+        Factory(StructType schema, java.util.HashSet<String> topics) {
+            this.schema = schema;
+            this.topics = topics;
+        }
+
+        @Override
+        public PartitionReader<InternalRow> createReader(InputPartition partition) {
+            throw new UnsupportedOperationException("the dledger JVM reader reads column batches only");
+        }
+
+        @Override
+        public boolean supportColumnarReads(InputPartition partition) {
+            return true;
+        }
+
+        @Override
+        public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
+            try {
+                return new RangeReader((FileRange) partition, schema, topics);
+            } catch (IOException error) {
+                throw new UncheckedIOException(error);
+            }
+        }
+    }
+}
