@@ -149,7 +149,9 @@ class SimpleConsumer(BaseClient):
             batch_size=max_messages, invisible_duration=duration(invisible_duration), auto_renew=False,
             long_polling_timeout=duration(polling),
             # The same id on a retry lets the broker hand back the same batch.
-            attempt_id=uuid.uuid4().hex)
+            attempt_id=uuid.uuid4().hex,
+            # Our extension: the batch comes in one response, not one per message.
+            batched_response=True)
         if not several_groups:
             return await self.connection.call(f"receive from {topic!r}",
                                               lambda address: self._receive_once(self.connection, address, request,
@@ -190,6 +192,7 @@ class SimpleConsumer(BaseClient):
                     messages.append(from_protocol(response.message))
                 elif content == "status":
                     status = response.status
+                    messages.extend(from_protocol(message) for message in response.messages)
         except grpc.aio.AioRpcError as error:
             if messages:
                 # The stream broke after messages arrived: keep them (they are
