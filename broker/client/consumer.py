@@ -167,7 +167,9 @@ class SimpleConsumer(BaseClient):
             batch_size=max_messages, invisible_duration=duration(invisible_duration), auto_renew=False,
             long_polling_timeout=duration(polling),
             # The same id on a retry lets the broker hand back the same batch.
-            attempt_id=uuid.uuid4().hex)
+            attempt_id=uuid.uuid4().hex,
+            # Our extension: the batch comes in one response, not one per message.
+            batched_response=True)
 
     async def _receive_from_groups(self, topic: str, queues: list[pb.MessageQueue], max_messages: int,
                                    invisible_duration: float | timedelta, polling: float) -> list[ReceivedMessage]:
@@ -251,6 +253,7 @@ class SimpleConsumer(BaseClient):
                     messages.append(from_protocol(response.message))
                 elif content == "status":
                     status = response.status
+                    messages.extend(from_protocol(message) for message in response.messages)
         except grpc.aio.AioRpcError as error:
             if messages:
                 # The stream broke after messages arrived: keep them (they are
@@ -363,7 +366,9 @@ class _PendingAck:
 
 class _AckBatcher:
     """Concurrent acks leave together (per topic, up to `max_entries` per
-    call, `MAX_INFLIGHT_ACKS` calls in flight), as sends do."""
+    call, `MAX_INFLIGHT_ACKS` calls in flight), as sends do: acks made in one
+    event-loop turn leave together at its end (without that, the first acks
+    of a turn took a call each while calls were free)."""
 
     def __init__(self, consumer: SimpleConsumer, max_entries: int) -> None:
         self.consumer = consumer
@@ -371,6 +376,7 @@ class _AckBatcher:
         self._queue: deque[_PendingAck] = deque()
         self._inflight = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._linger: asyncio.Handle | None = None
 
     def add(self, messages: Iterable[ReceivedMessage]) -> list[asyncio.Future[ClientError | None]]:
         loop = asyncio.get_running_loop()
@@ -378,13 +384,28 @@ class _AckBatcher:
                              spb.AckMessageEntry(message_id=m.message_id, receipt_handle=m.receipt_handle),
                              loop.create_future()) for m in messages]
         self._queue.extend(added)
-        self._drain()
+        if len(self._queue) >= self.max_entries:
+            self._drain()
+        elif self._linger is None:
+            self._linger = loop.call_soon(self._linger_over)
         return [p.future for p in added]
 
+    def _linger_over(self) -> None:
+        self._linger = None
+        self._drain()
+
     async def close(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        closed = ClientError(pb.PRECONDITION_FAILED, "the consumer was closed before the ack was sent")
+        while self._queue:
+            pending = self._queue.popleft()
+            if not pending.future.done():
+                pending.future.set_result(closed)
 
     def _drain(self) -> None:
         while self._queue and self._inflight < MAX_INFLIGHT_ACKS:

@@ -109,6 +109,27 @@ async def test_a_received_message_is_acked_once_and_never_delivered_again(stubs)
     assert len(await receive_all(leader, "OtherPopGroup", "Pop", 21)) == 21
 
 
+async def test_a_batched_response_carries_the_batch_with_the_status_and_plain_ones_a_message_each(stubs):
+    leader, follower = stubs
+    sent = await send(leader, *[message("PopBatched", b"b%d" % i) for i in range(10)])
+    for stub, group in ((leader, "BatchedGroup"), (follower, "BatchedViaFollower")):  # forwarded too
+        request = receive_request(group, "PopBatched")
+        request.batched_response = True
+        responses = [r async for r in stub.ReceiveMessage(request, metadata=METADATA, timeout=10)]
+        kinds = [r.WhichOneof("content") for r in responses]
+        assert kinds == ["status", "delivery_timestamp"], kinds      # two writes for the whole batch
+        assert responses[0].status.code == pb.OK
+        assert sorted(ids(list(responses[0].messages))) == sorted(sent)
+        assert all(m.system_properties.receipt_handle for m in responses[0].messages)
+        answer = await ack(stub, group, "PopBatched", *responses[0].messages)
+        assert [e.status.code for e in answer.entries] == [pb.OK] * 10
+    # A receive without the flag (the official clients') is as the protocol has it.
+    request = receive_request("PlainGroup", "PopBatched")
+    responses = [r async for r in leader.ReceiveMessage(request, metadata=METADATA, timeout=10)]
+    assert [r.WhichOneof("content") for r in responses] == ["status", "delivery_timestamp"] + ["message"] * 10
+    assert not any(r.messages for r in responses)
+
+
 async def test_consumed_offsets_reach_get_offset_and_the_consumer_offset_table(stubs, addresses):
     leader, _ = stubs
     await create_topic(addresses, leader, "PopOffsets", queues=1)

@@ -1,5 +1,5 @@
 """The producer's SendAccumulator, driven through an in-memory send call: sends
-that wait share calls, one topic per call, a message group never has two
+made in one event-loop turn or waiting for a free call share calls, one topic per call, a message group never has two
 calls in flight and leaves in send order, and a failed call fails only its own
 sends."""
 from __future__ import annotations
@@ -50,18 +50,44 @@ async def release(broker: InMemoryBroker, accumulator: SendAccumulator) -> None:
     await accumulator.flush()
 
 
-async def test_waiting_sends_share_calls_within_the_in_flight_limit():
+async def test_sends_of_one_turn_leave_together_spread_over_the_free_calls():
     broker = InMemoryBroker()
     accumulator = SendAccumulator(broker.send, max_inflight=2, max_messages=1000, max_bytes=1 << 20)
     sends = [pending("T", f"m{i}") for i in range(100)]
     for send in sends:
         accumulator.add([send])  # one at a time, as concurrent send() calls arrive
+    assert broker.calls == []    # they linger until the turn ends
     await asyncio.sleep(0)
     await release(broker, accumulator)
     assert broker.max_concurrent <= 2
-    assert len(broker.calls) == 3  # two lone first sends, then everything that waited
+    # Two calls, none under min_call_messages (64): the broker works on one
+    # while the other is replicated.
+    assert [len(bodies) for _, bodies in broker.calls] == [64, 36]
     assert [body for _, bodies in broker.calls for body in bodies] == [f"m{i}" for i in range(100)]
     assert all(s.future.result().message_id == f"m{i}" for i, s in enumerate(sends))
+
+
+async def test_sends_waiting_for_a_free_call_leave_together_when_one_comes_back():
+    broker = InMemoryBroker()
+    accumulator = SendAccumulator(broker.send, max_inflight=1, max_messages=1000, max_bytes=1 << 20)
+    accumulator.add([pending("T", "first")])
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    for i in range(10):
+        accumulator.add([pending("T", f"m{i}")])
+    await release(broker, accumulator)
+    assert broker.calls == [("T", ["first"]), ("T", [f"m{i}" for i in range(10)])]
+
+
+async def test_a_full_batch_leaves_without_waiting_for_the_turn_to_end():
+    broker = InMemoryBroker()
+    accumulator = SendAccumulator(broker.send, max_inflight=2, max_messages=4, max_bytes=1 << 20)
+    for i in range(4):
+        accumulator.add([pending("T", f"m{i}")])
+    assert broker.calls == [] or len(broker.calls[0][1]) == 4
+    await asyncio.sleep(0)   # the call's task runs: no linger was needed
+    assert broker.calls == [("T", ["m0", "m1", "m2", "m3"])]
+    await release(broker, accumulator)
 
 
 async def test_a_call_carries_one_topic_and_respects_the_batch_limits():

@@ -140,7 +140,7 @@ class EndTransactionResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class ReceiveMessageRequest(_message.Message):
-    __slots__ = ("group", "message_queue", "filter_expression", "batch_size", "invisible_duration", "auto_renew", "long_polling_timeout", "attempt_id")
+    __slots__ = ("group", "message_queue", "filter_expression", "batch_size", "invisible_duration", "auto_renew", "long_polling_timeout", "attempt_id", "batched_response")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_QUEUE_FIELD_NUMBER: _ClassVar[int]
     FILTER_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +149,7 @@ class ReceiveMessageRequest(_message.Message):
     AUTO_RENEW_FIELD_NUMBER: _ClassVar[int]
     LONG_POLLING_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCHED_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     group: _definition_pb2.Resource
     message_queue: _definition_pb2.MessageQueue
     filter_expression: _definition_pb2.FilterExpression
@@ -157,17 +158,20 @@ class ReceiveMessageRequest(_message.Message):
     auto_renew: bool
     long_polling_timeout: _duration_pb2.Duration
     attempt_id: str
-    def __init__(self, group: _Optional[_Union[_definition_pb2.Resource, _Mapping]] = ..., message_queue: _Optional[_Union[_definition_pb2.MessageQueue, _Mapping]] = ..., filter_expression: _Optional[_Union[_definition_pb2.FilterExpression, _Mapping]] = ..., batch_size: _Optional[int] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., auto_renew: _Optional[bool] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempt_id: _Optional[str] = ...) -> None: ...
+    batched_response: bool
+    def __init__(self, group: _Optional[_Union[_definition_pb2.Resource, _Mapping]] = ..., message_queue: _Optional[_Union[_definition_pb2.MessageQueue, _Mapping]] = ..., filter_expression: _Optional[_Union[_definition_pb2.FilterExpression, _Mapping]] = ..., batch_size: _Optional[int] = ..., invisible_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., auto_renew: _Optional[bool] = ..., long_polling_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempt_id: _Optional[str] = ..., batched_response: _Optional[bool] = ...) -> None: ...
 
 class ReceiveMessageResponse(_message.Message):
-    __slots__ = ("status", "message", "delivery_timestamp")
+    __slots__ = ("status", "message", "delivery_timestamp", "messages")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
     status: _definition_pb2.Status
     message: _definition_pb2.Message
     delivery_timestamp: _timestamp_pb2.Timestamp
-    def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., message: _Optional[_Union[_definition_pb2.Message, _Mapping]] = ..., delivery_timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    messages: _containers.RepeatedCompositeFieldContainer[_definition_pb2.Message]
+    def __init__(self, status: _Optional[_Union[_definition_pb2.Status, _Mapping]] = ..., message: _Optional[_Union[_definition_pb2.Message, _Mapping]] = ..., delivery_timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[_definition_pb2.Message, _Mapping]]] = ...) -> None: ...
 
 class AckMessageEntry(_message.Message):
     __slots__ = ("message_id", "receipt_handle", "lite_topic")
