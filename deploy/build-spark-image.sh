@@ -15,8 +15,11 @@
 #      needs here) makes build/spark-image/jre with just the modules Spark
 #      uses; it needs only glibc, libstdc++ and zlib, which every base here has;
 #    and `docker build --network none` on the node image's base.
-# 3. The image (deploy/Dockerfile.spark-app, no context): the runtime plus
-#    the node image's virtualenv; seconds.
+# 3. The image (deploy/Dockerfile.spark-app): the runtime plus the node
+#    image's virtualenv and the JVM reader's jar for file mode, compiled here
+#    (spark/jvm_reader.py: javac against pyspark's jars, the same version as
+#    the image's) into build/spark-app; without a JDK the image has no jar and
+#    file mode reads with the Python reader. Seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +29,7 @@ NODE_IMAGE=${NODE_IMAGE:-pydledger:$VERSION}
 IMAGE=${IMAGE:-pydledger-spark:$VERSION}
 TAG_LATEST=${TAG_LATEST:-yes}
 CONTEXT=build/spark-image
+APP_CONTEXT=build/spark-app
 # Java modules the Spark master, workers, executors and driver load (Java SE,
 # sun.misc.Unsafe, the vector API Spark's launcher adds, EC crypto for TLS).
 JAVA_MODULES=java.se,jdk.unsupported,jdk.incubator.vector,jdk.crypto.ec,jdk.zipfs,jdk.management,jdk.naming.dns,jdk.security.auth
@@ -115,6 +119,19 @@ build_runtime() {
     done
 }
 
+build_jar() {
+    local jar
+    rm -rf "$APP_CONTEXT" && mkdir -p "$APP_CONTEXT"
+    echo "The Spark image's own files (deploy/build-spark-image.sh)." > "$APP_CONTEXT/README"
+    jar=$("$PYTHON" -c 'from spark.jvm_reader import jar_path; print(jar_path() or "")' 2>/dev/null || true)
+    if [ -n "$jar" ]; then
+        cp "$jar" "$APP_CONTEXT/pydledger-spark.jar"
+        say "the JVM reader's jar: $jar"
+    else
+        say "no JVM reader jar (no JDK here?): file mode in the image reads with the Python reader"
+    fi
+}
+
 main() {
     local started=$SECONDS base runtime
     if ! docker image inspect "$NODE_IMAGE" >/dev/null 2>&1; then
@@ -130,11 +147,12 @@ main() {
         say "building the runtime $runtime on $base"
         build_runtime "$base" "$runtime"
     fi
+    build_jar
     local tags="--tag $IMAGE"
     [ "$TAG_LATEST" = yes ] && tags="$tags --tag pydledger-spark:latest"
     # shellcheck disable=SC2086
     docker build --quiet --network none --build-arg NODE_IMAGE="$NODE_IMAGE" \
-        --build-arg RUNTIME_IMAGE="$runtime" $tags - < deploy/Dockerfile.spark-app >/dev/null
+        --build-arg RUNTIME_IMAGE="$runtime" $tags --file deploy/Dockerfile.spark-app "$APP_CONTEXT" >/dev/null
     docker image prune --force --filter label=io.pydledger.stage >/dev/null
     say "built $IMAGE on $NODE_IMAGE in $((SECONDS - started)) s ($(docker image inspect --format '{{.Size}}' "$IMAGE" \
         | awk '{printf "%.0f MB", $1/1e6}'))"

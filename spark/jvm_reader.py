@@ -55,9 +55,14 @@ def _key(files: list[Path], spark_version: str) -> str:
 
 
 def jar_path() -> str | None:
-    """The reader's jar (built now if needed), or None, with the reason logged."""
+    """The reader's jar (built now if needed), or None, with the reason logged.
+    PYDLEDGER_SPARK_JAR names a jar built beforehand (the Spark image ships
+    one: it has neither the sources nor a compiler), used when it exists."""
     if os.environ.get("PYDLEDGER_SPARK_JVM", "1") == "0":
         return _unavailable("PYDLEDGER_SPARK_JVM=0")
+    prebuilt = os.environ.get("PYDLEDGER_SPARK_JAR")
+    if prebuilt and Path(prebuilt).is_file():
+        return prebuilt
     import pyspark
 
     files = _inputs()

@@ -46,3 +46,14 @@ def test_the_jar_is_built_once_per_sources(fresh, monkeypatch):
     monkeypatch.setattr(jvm_reader, "_built", {})
     monkeypatch.setattr(jvm_reader.subprocess, "run", lambda *a, **k: pytest.fail("built again"))
     assert jvm_reader.jar_path() == jar
+
+
+def test_a_jar_built_beforehand_is_used_as_it_is(tmp_path, monkeypatch):
+    # The Spark image ships the jar without the sources or a compiler.
+    jar = tmp_path / "pydledger-spark.jar"
+    jar.write_bytes(b"PK")
+    monkeypatch.setenv("PYDLEDGER_SPARK_JAR", str(jar))
+    monkeypatch.setattr(jvm_reader, "SOURCES", tmp_path / "none")
+    assert jvm_reader.jar_path() == str(jar)
+    monkeypatch.setenv("PYDLEDGER_SPARK_JAR", str(tmp_path / "missing.jar"))   # not there: as without it
+    assert jvm_reader.jar_path() is None
