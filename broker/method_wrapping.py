@@ -8,6 +8,7 @@ server's calls to the first one's servicer (cluster/node.py gives the
 front end interceptors of its own)."""
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any, Awaitable, Callable
 
 import grpc
@@ -17,13 +18,15 @@ class MethodWrappingInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self) -> None:
         self._wrapped: dict[str, Any] = {}
 
+    # grpc.aio.ServerInterceptor is an ABC: a subclass that leaves either
+    # of these out cannot be instantiated.
+    @abstractmethod
     def wraps(self, method: str) -> bool:
         """Whether `method`'s handler is to be wrapped."""
-        raise NotImplementedError
 
+    @abstractmethod
     def wrap(self, method: str, handler: Any) -> Any:
         """The handler that stands for `handler`."""
-        raise NotImplementedError
 
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 details: grpc.HandlerCallDetails) -> Any:

@@ -7,6 +7,7 @@ polls end at once, and every consumer spun on empty receives."""
 from __future__ import annotations
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from broker.method_wrapping import MethodWrappingInterceptor
@@ -56,3 +57,12 @@ async def test_each_server_needs_its_own_wrapping_interceptor():
     assert await statuses(share=False) == [SERVING, NOT_SERVING]
     # The hazard the node avoids: shared, the second server answers with the first one's servicer.
     assert await statuses(share=True) == [SERVING, SERVING]
+
+
+def test_a_subclass_that_does_not_say_what_it_wraps_cannot_be_made():
+    class Incomplete(MethodWrappingInterceptor):
+        def wrap(self, method, handler):
+            return handler
+
+    with pytest.raises(TypeError):
+        Incomplete()
