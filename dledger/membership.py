@@ -166,6 +166,20 @@ def check_address(address: str) -> None:
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"address {address!r}: expected HOST:PORT")
 
 
+def _check_addresses(member_id: str, address: str, client_address: str, separate_client_port: bool,
+                     command: str) -> None:
+    """A member's peer and client addresses are HOST:PORT; when the group's
+    peers talk mutual TLS on ports of their own, clients cannot use the peer
+    port, so the client address is required."""
+    check_address(address)
+    if client_address:
+        check_address(client_address)
+    elif separate_client_port:
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                           f"this group's peers talk mutual TLS on ports of their own, which clients cannot use: "
+                           f"give {member_id}'s client address too ({command} --client-address HOST:PORT)")
+
+
 def plan_add(current: Membership, member_id: str, address: str, client_address: str = "",
              separate_client_port: bool = False) -> Membership | None:
     """The configuration that adds `member_id` as a learner; None when it is
@@ -174,13 +188,7 @@ def plan_add(current: Membership, member_id: str, address: str, client_address: 
     their own, so clients need the new member's client address."""
     if not member_id or any(c in member_id for c in ",=; "):
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"member id {member_id!r} is not a valid id")
-    check_address(address)
-    if client_address:
-        check_address(client_address)
-    elif separate_client_port:
-        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                           f"this group's peers talk mutual TLS on ports of their own, which clients cannot use: "
-                           f"give {member_id}'s client address too (dledger member add --client-address HOST:PORT)")
+    _check_addresses(member_id, address, client_address, separate_client_port, "dledger member add")
     existing = current.get(member_id)
     if existing is not None:
         if existing.address == address and existing.client_address == client_address:
@@ -203,14 +211,7 @@ def plan_move(current: Membership, member_id: str, address: str, leader_id: str,
     moved: two processes under one id could each vote once in a term.
     `client_address`: where clients reach it now (required when the peers
     talk mutual TLS on ports of their own, as for an added member)."""
-    check_address(address)
-    if client_address:
-        check_address(client_address)
-    elif separate_client_port:
-        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                           f"this group's peers talk mutual TLS on ports of their own, which clients cannot use: "
-                           f"give {member_id}'s new client address too (dledger member replace --client-address "
-                           f"HOST:PORT)")
+    _check_addresses(member_id, address, client_address, separate_client_port, "dledger member replace")
     member = current.get(member_id)
     if member is None:
         raise DLedgerError(ResponseCode.UNKNOWN_MEMBER,
