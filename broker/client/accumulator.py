@@ -63,18 +63,16 @@ class SendAccumulator:
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._queued_messages = 0
-        self._queued_bytes = 0
+        self._queued_bytes = 0   # of what is in _queue (its length is the message count)
         self._linger: asyncio.Handle | None = None
 
     def add(self, sends: Sequence[PendingSend]) -> None:
         """Queue sends (in order) and start calls while there is room; sends
         added together are never split by this call's own start."""
         self._queue.extend(sends)
-        self._queued_messages += len(sends)
         self._queued_bytes += sum(pending.size for pending in sends)
         self._idle.clear()
-        if self._queued_messages >= self.max_messages or self._queued_bytes >= self.max_bytes:
+        if len(self._queue) >= self.max_messages or self._queued_bytes >= self.max_bytes:
             self._drain()
         elif self._linger is None:
             self._linger = asyncio.get_running_loop().call_soon(self._linger_over)
@@ -94,7 +92,7 @@ class SendAccumulator:
             pending = self._queue.popleft()
             if not pending.future.done():
                 pending.future.set_exception(error)
-        self._queued_messages = self._queued_bytes = 0
+        self._queued_bytes = 0
         self._idle.set()
 
     # ------------------------------------------------------------ batching
@@ -105,12 +103,11 @@ class SendAccumulator:
     def _drain(self) -> None:
         while self._queue and self._inflight < self.max_inflight:
             free = self.max_inflight - self._inflight
-            share = max(self.min_call_messages, -(-self._queued_messages // free))
+            share = max(self.min_call_messages, -(-len(self._queue) // free))
             batch = self._take(min(share, self.max_messages))
             if not batch:
                 return  # everything queued waits for a group in flight
             self._inflight += 1
-            self._queued_messages -= len(batch)
             self._queued_bytes -= sum(pending.size for pending in batch)
             for pending in batch:
                 if pending.group is not None:
