@@ -268,21 +268,18 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         params = receiver.params(request, context.time_remaining(), request_timeout_of(self.broker.clients, client_id),
                                  held=True)
         messages = await receiver.receive(params, self.draining)
+        status = spb.ReceiveMessageResponse(status=ok() if messages else ok("no new message"))
         if request.batched_response:
             # Our client's: the batch rides with the status, one stream write
             # instead of one per message (the per-write cost dominated the
             # leader's receive path).
-            response = spb.ReceiveMessageResponse(status=ok() if messages else ok("no new message"))
-            response.messages.extend(messages)
-            yield response
-            if messages:
-                yield spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))
-            return
-        yield spb.ReceiveMessageResponse(status=ok() if messages else ok("no new message"))
+            status.messages.extend(messages)
+        yield status
         if messages:
             yield spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))
-        for message in messages:
-            yield spb.ReceiveMessageResponse(message=message)
+        if not request.batched_response:
+            for message in messages:
+                yield spb.ReceiveMessageResponse(message=message)
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: grpc.aio.ServicerContext
                          ) -> spb.AckMessageResponse:
