@@ -41,11 +41,13 @@ def port_is_free(port: int) -> bool:
 
 
 def free_base_port(nodes: int) -> int:
-    """A base port whose gRPC, metrics and front-end ports (base+i, base+100+i,
-    base+300+i) are free."""
+    """A base port whose gRPC, metrics, members' (mutual TLS, `--secure`)
+    and front-end ports (base+i, base+100+i, base+200+i, base+300+i) are
+    free (without base+200, a secured `cluster up` once met a peer port in
+    use)."""
     for _ in range(200):
         base = random.randrange(30000, 60000)
-        ports = [base + offset + i for offset in (0, 100, 300) for i in range(nodes)]
+        ports = [base + offset + i for offset in (0, 100, 200, 300) for i in range(nodes)]
         if all(port_is_free(p) for p in ports):
             return base
     raise RuntimeError("no free port range found")
