@@ -79,6 +79,8 @@ class ReceiveService:
         self.ensure_group = ensure_group
         self.clock = clock
         self.received = 0
+        # Receives by attempt id whose pop entry is being committed here.
+        self._attempts_in_flight: dict[tuple[str, str], asyncio.Future[int]] = {}
 
     # ------------------------------------------------------------ requests
     def params(self, request: spb.ReceiveMessageRequest, time_remaining: float | None,
@@ -124,7 +126,7 @@ class ReceiveService:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + params.polling.total_seconds()
         if params.attempt_id is not None:
-            again = self._repeat(params)
+            again = await self._repeat_when_settled(params)
             if again:
                 return again
         while True:
@@ -174,7 +176,19 @@ class ReceiveService:
                     break
         if not selections:
             return []
-        index = await self._commit(selections)
+        if params.attempt_id is None:
+            index = await self._commit(selections)
+        else:
+            key = (params.group, params.attempt_id)
+            committing = asyncio.ensure_future(self._commit(selections))
+            # Retrieved: the caller may be gone (cancelled) when it fails.
+            committing.add_done_callback(lambda done: done.cancelled() or done.exception())
+            self._attempts_in_flight[key] = committing
+            try:
+                index = await asyncio.shield(committing)
+            finally:
+                if self._attempts_in_flight.get(key) is committing:
+                    del self._attempts_in_flight[key]
         return self._delivered(params, selections, index)
 
     async def _commit(self, selections: list[Selection]) -> int:
@@ -210,6 +224,20 @@ class ReceiveService:
                 messages.append(to_delivered(delivery.message, receipt_handle=handle.encode(params.group, params.topic),
                                              delivery_attempt=lease.attempt, invisible_duration=params.invisible))
         return messages
+
+    async def _repeat_when_settled(self, params: ReceiveParams) -> list[pb.Message]:
+        """The batch an earlier try of this receive was given, once whatever
+        that try may have written is known: this node has applied the log
+        up to the start of its term (a lease the previous leader wrote and
+        this one committed), and a try still committing here has finished.
+        Looked up any earlier, the lease is missed, the retry is handed
+        other messages, and the first batch's attempt is spent unseen."""
+        assert params.attempt_id is not None
+        await self.committer.ready()
+        committing = self._attempts_in_flight.get((params.group, params.attempt_id))
+        if committing is not None:
+            await asyncio.wait([committing])   # its failure is its own caller's
+        return self._repeat(params)
 
     def _repeat(self, params: ReceiveParams) -> list[pb.Message]:
         """A retried receive (same attempt id) gets the batch it was given,

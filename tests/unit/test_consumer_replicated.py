@@ -253,16 +253,27 @@ async def test_an_ack_racing_the_move_to_the_dead_letter_queue_either_acks_or_mo
         assert "dead-letter" in acked.entries[0].status.message
 
 
+async def warm_group(cluster: BrokerCluster, node: str) -> None:
+    """The group known on every node, so that a receive's first await is
+    not its creation (which would give the node time to apply)."""
+    await cluster.brokers[node].consumer.receiver.receive(params(batch=1))
+    await cluster.wait_applied()
+
+
+def ids(messages: list[pb.Message]) -> list[str]:
+    return sorted(m.system_properties.message_id for m in messages)
+
+
 async def test_a_receive_retried_on_a_new_leader_that_is_still_applying_gets_the_same_batch(cluster: BrokerCluster):
     # The old leader leases a batch under an attempt id and dies before the
     # client hears; the retry (same attempt id) reaches the new leader before
-    # it has applied that lease. It gets the same batch back (the pop it
-    # makes carries the attempt id, which the state machine answers with the
-    # earlier grant), not other messages while the first batch's lease runs
-    # out unseen. Written for a 10-minute broker chaos run's dlq_early (a
-    # message whose last attempt no consumer received); that is not how it
-    # happened.
+    # it has applied that lease. It must get the same batch back once it has
+    # applied the log up to its term, not other messages (or none) while the
+    # first batch's lease runs out unseen: that burns a delivery attempt no
+    # consumer saw (a 10-minute broker chaos run's dlq_early). Before the fix
+    # the attempt id was looked up before the new leader had applied.
     old = await cluster.wait_leader()
+    await warm_group(cluster, old)
     followers = [n for n in cluster.brokers if n != old]
     real = {n: cluster.stores[n].reput.apply_available for n in followers}
     for n in followers:
@@ -273,7 +284,7 @@ async def test_a_receive_retried_on_a_new_leader_that_is_still_applying_gets_the
     new = await cluster.wait_leader(timeout=10, among=followers)
 
     async def resume() -> None:
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(1.0)
         for n in followers:
             cluster.stores[n].reput.apply_available = real[n]  # type: ignore[method-assign]
 
@@ -282,5 +293,45 @@ async def test_a_receive_retried_on_a_new_leader_that_is_still_applying_gets_the
     assert cluster.brokers[new].consumer.state.recent_receive(GROUP, "retry-1") is None   # not applied yet
     again = await cluster.brokers[new].consumer.receiver.receive(replace(params(batch=4), attempt_id="retry-1"))
     await resuming
-    assert sorted(m.system_properties.message_id for m in again) == \
-        sorted(m.system_properties.message_id for m in first)
+    assert ids(again) == ids(first)
+
+
+async def test_a_receive_whose_lease_the_next_leader_commits_is_answered_there_with_that_lease(
+        cluster: BrokerCluster):
+    # The chaos run's case: the leader hears neither follower (one-way cut),
+    # so the entry leasing a batch reaches both followers but never commits
+    # under it. The receive fails there; the next leader commits that entry
+    # in its own term, and the retry (same attempt id) gets that batch.
+    old = await cluster.wait_leader()
+    await warm_group(cluster, old)
+    followers = [n for n in cluster.brokers if n != old]
+    for n in followers:
+        cluster.network.cut_one_way(n, old)
+    with pytest.raises(Exception):
+        await cluster.brokers[old].consumer.receiver.receive(replace(params(batch=4), attempt_id="cut-1"))
+    new = await cluster.wait_leader(timeout=15, among=followers)
+    again = await cluster.brokers[new].consumer.receiver.receive(replace(params(batch=4), attempt_id="cut-1"))
+    leased = cluster.brokers[new].consumer.state.recent_receive(GROUP, "cut-1")
+    assert leased is not None and len(leased.offsets) == 4, "the cut leader's lease was not committed"
+    assert len(again) == 4
+    assert sorted((m.system_properties.queue_id, m.system_properties.queue_offset) for m in again) == \
+        sorted(leased.offsets)
+
+
+async def test_a_receive_retried_while_its_first_try_is_in_flight_gets_the_same_batch(cluster: BrokerCluster):
+    # A client whose call timed out retries on the same leader while the
+    # entry of its first try is not committed yet: it waits for that entry
+    # and gets its batch, rather than a second batch beside the first.
+    leader = await cluster.wait_leader()
+    await warm_group(cluster, leader)
+    receiver = cluster.brokers[leader].consumer.receiver
+    cluster.network.delay_s = 0.3
+    try:
+        first = asyncio.ensure_future(receiver.receive(replace(params(batch=4), attempt_id="slow-1")))
+        await asyncio.sleep(0.05)
+        assert not first.done()
+        second = await receiver.receive(replace(params(batch=4), attempt_id="slow-1"))
+        assert len(await first) == 4
+    finally:
+        cluster.network.delay_s = 0.0
+    assert ids(second) == ids(first.result())
