@@ -21,10 +21,11 @@
    bench/arrow_floor.py, prebuilt batches, no decoding) and the executed plans.
    With --narrow, narrow_*: a query over 3 of the 18 columns, where the JVM
    reader's column pruning counts (the Python reader with and without a schema of its own).
-4. with --live N: spark_live_replicas / spark_live_leader / spark_file: a
-   three-node group holding N raw 1 KiB entries read live (from followers,
-   the default, and from the leader) and from a follower's files, with each
-   node's CPU per row read.
+4. with --live N: spark_live_replicas / spark_live_leader / spark_file /
+   spark_file_python: a three-node group holding N raw 1 KiB entries read
+   live (from followers, the default, and from the leader) and from a
+   follower's files (the JVM reader, and the Python reader that decodes as
+   the live path does), with each node's CPU per row read.
    Then appends_during_replay: the log's append rate alone and while live
    replays run, alternated (the issue asks for at least 80%).
 5. stream_latency: three node processes; a streaming query in live mode with
@@ -333,7 +334,9 @@ def bench_live(entries: int, runs: int = 2) -> None:
         frames = {"live_replicas": lambda: spark.read.format("dledger").option("servers", servers).load(),
                   "live_leader": lambda: spark.read.format("dledger").option("servers", servers)
                   .option("preferReplicas", "false").load(),
-                  "file": lambda: spark.read.format("dledger").load(node_dir)}
+                  "file": lambda: spark.read.format("dledger").load(node_dir),
+                  # File mode's Python reader: the same decoder the live path uses.
+                  "file_python": lambda: spark.read.format("dledger").option("reader", "python").load(node_dir)}
         pids = {n: p.pid for n, p in cluster.procs.items()}
         times: dict[str, list[float]] = {name: [] for name in frames}
         node_cpu: dict[str, list[dict[str, float]]] = {name: [] for name in frames}
@@ -353,7 +356,8 @@ def bench_live(entries: int, runs: int = 2) -> None:
                  runs_s=[round(t, 2) for t in times[name]],
                  node_cpu_us_per_row={("leader " if n == leader else "") + n: round(c / rows[name] * 1e6, 1)
                                       for n, c in cpu.items()},
-                 vs_file=round(min(times["file"]) / times[name][best], 2))
+                 vs_file=round(min(times["file"]) / times[name][best], 2),
+                 vs_file_python=round(min(times["file_python"]) / times[name][best], 2))
         throttled = lambda: spark.read.format("dledger").option("servers", servers) \
             .option("maxBytesPerSecond", str(THROTTLE_BYTES_PER_S)).load()  # noqa: E731
         appends_during_replay(loop, servers, {"during_replay": frames["live_replicas"],

@@ -41,6 +41,7 @@ import grpc
 from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception,
                       stop_after_delay, wait_exponential_jitter)
 
+from dledger.entry import INDEX_RECORD, INDEX_RECORD_SIZE
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.rpc.channel import channel_options
 from dledger.rpc.credentials import ClientSecurity
@@ -207,6 +208,8 @@ class _ReadCursor:
     next_index: int
     end_index: int
     include_system: bool = False
+    raw: bool = False
+    max_batch_bytes: int = 0
     call: Any = None
 
 
@@ -432,13 +435,34 @@ class DLedgerClient:
         address = from_address or (await self._address_of(from_id) if from_id else None)
         try:
             while True:
-                batch = await self._retrying(READ_RETRY)(self._next_batch, cursor, address)
-                if batch is None:
+                response = await self._retrying(READ_RETRY)(self._next_batch, cursor, address)
+                if response is None:
                     return
-                for entry in batch:
+                for entry in response.entries:
                     yield entry
-                if batch:
-                    cursor.next_index = batch[-1].index + 1
+                if response.entries:
+                    cursor.next_index = response.entries[-1].index + 1
+        finally:
+            self._cancel(cursor)
+
+    async def read_raw(self, start: int = -1, end: int = -1, from_address: str | None = None,
+                       max_batch_bytes: int = 0) -> AsyncIterator[tuple[bytes, bytes]]:
+        """read(), as stored: (index records, entry bytes) of runs of
+        back-to-back entries (about max_batch_bytes each; 0: the node's
+        default), every entry of the range included (the log's own too).
+        Not CRC-checked by the node: the caller checks them."""
+        cursor = _ReadCursor(next_index=start, end_index=end, raw=True, max_batch_bytes=max_batch_bytes)
+        try:
+            while True:
+                response = await self._retrying(READ_RETRY)(self._next_batch, cursor, from_address)
+                if response is None:
+                    return
+                records = response.raw_records
+                if len(records) < INDEX_RECORD_SIZE or len(records) % INDEX_RECORD_SIZE:
+                    raise DLedgerError(ResponseCode.INTERNAL_ERROR, f"a raw read answered {len(records)} bytes of "
+                                                                    f"index records")
+                yield records, response.raw_data
+                cursor.next_index = INDEX_RECORD.unpack_from(records, len(records) - INDEX_RECORD_SIZE)[3] + 1
         finally:
             self._cancel(cursor)
 
@@ -740,7 +764,7 @@ class DLedgerClient:
 
     # --------------------------------------------------------------- reading
 
-    async def _next_batch(self, cursor: _ReadCursor, address: str | None) -> list[pb.Entry] | None:
+    async def _next_batch(self, cursor: _ReadCursor, address: str | None) -> pb.ReadResponse | None:
         """The next batch of the stream (opening it when needed), or None at its end."""
         if cursor.end_index >= 0 and cursor.next_index > cursor.end_index:
             return None
@@ -750,7 +774,8 @@ class DLedgerClient:
             target = address or self._leader_address or ""
             request = pb.ReadRequest(header=self._header(), start_index=cursor.next_index,
                                      end_index=cursor.end_index, include_system=cursor.include_system,
-                                     require_leader=address is None)
+                                     require_leader=address is None, raw=cursor.raw,
+                                     max_batch_bytes=cursor.max_batch_bytes)
             cursor.call = (self._stub(target).Read(request, metadata=self._signed()), target)
         call, target = cursor.call
         try:
@@ -776,7 +801,7 @@ class DLedgerClient:
             # Pin "-1 = committed" to the first answer, so that a resumed
             # stream ends where the original one would have.
             cursor.end_index = response.committed_index
-        return list(response.entries)
+        return response
 
     @staticmethod
     def _cancel(cursor: _ReadCursor) -> None:

@@ -335,32 +335,38 @@ class GetResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., entry: _Optional[_Union[Entry, _Mapping]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("header", "start_index", "end_index", "max_batch_bytes", "include_system", "require_leader")
+    __slots__ = ("header", "start_index", "end_index", "max_batch_bytes", "include_system", "require_leader", "raw")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     START_INDEX_FIELD_NUMBER: _ClassVar[int]
     END_INDEX_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
     REQUIRE_LEADER_FIELD_NUMBER: _ClassVar[int]
+    RAW_FIELD_NUMBER: _ClassVar[int]
     header: Header
     start_index: int
     end_index: int
     max_batch_bytes: int
     include_system: bool
     require_leader: bool
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., start_index: _Optional[int] = ..., end_index: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., include_system: _Optional[bool] = ..., require_leader: _Optional[bool] = ...) -> None: ...
+    raw: bool
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., start_index: _Optional[int] = ..., end_index: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., include_system: _Optional[bool] = ..., require_leader: _Optional[bool] = ..., raw: _Optional[bool] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
-    __slots__ = ("header", "entries", "committed_index", "leader_confirmed")
+    __slots__ = ("header", "entries", "committed_index", "leader_confirmed", "raw_records", "raw_data")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
     LEADER_CONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    RAW_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RAW_DATA_FIELD_NUMBER: _ClassVar[int]
     header: Header
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     committed_index: int
     leader_confirmed: bool
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., committed_index: _Optional[int] = ..., leader_confirmed: _Optional[bool] = ...) -> None: ...
+    raw_records: bytes
+    raw_data: bytes
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., committed_index: _Optional[int] = ..., leader_confirmed: _Optional[bool] = ..., raw_records: _Optional[bytes] = ..., raw_data: _Optional[bytes] = ...) -> None: ...
 
 class MetadataRequest(_message.Message):
     __slots__ = ("header",)

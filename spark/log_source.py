@@ -15,7 +15,7 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from spark.entry_scan import scan_file_range
-from spark.live_log import committed_bounds, group_view, live_entries
+from spark.live_log import committed_bounds, group_view, live_batches, live_entries
 from spark.log_files import LogFiles, LogFilesError
 from spark.options import SourceOptions
 from spark.partitions import FileRange, LiveRange, plan_file_ranges, plan_live_ranges, segment_spans
@@ -92,7 +92,8 @@ def read_partition(partition: InputPartition, options: SourceOptions,
         batches = file_range_batches(partition, topics, decoded) if arrow else None
         entries = scan_file_range(partition) if batches is None else None
     elif isinstance(partition, LiveRange):
-        batches, entries = None, live_entries(partition)
+        batches = live_batches(partition, topics, decoded) if arrow else None
+        entries = live_entries(partition) if batches is None else None
     elif type(partition) is InputPartition and partition.value is None:
         return iter(())  # Spark's stand-in when planning found nothing to read
     else:

@@ -190,11 +190,36 @@ def _decode_chunk(fd: int, part: FileRange, records: np.ndarray, chain: int | No
     raw[length:] = 0
     if os.preadv(fd, [memoryview(raw)[:length]], relative) != length:
         raise ChunkError()
+    return _decode_run(raw, length, records, chain, topics, schema, tag_codes)
+
+
+def _decode_run(raw: np.ndarray, length: int, records: np.ndarray, chain: int | None,
+                topics: frozenset[str] | None, schema: pa.Schema,
+                tag_codes: dict[str, int]) -> tuple[pa.RecordBatch, int]:
+    """The rows of a run of back-to-back entries (their bytes in `raw`,
+    padded, from records[0]'s pos on), every check made; ChunkError if one fails."""
+    first_pos = int(records["pos"][0])
     v = _Views(raw, length)
     at = (records["pos"] - first_pos).astype(np.int64)
-    chain_crcs = _check_entries(v, at, records, part.segment_start + relative, chain)
-    batch = _rows(v, at, records, topics, schema, tag_codes, part.segment_start + relative)
+    chain_crcs = _check_entries(v, at, records, first_pos, chain)
+    batch = _rows(v, at, records, topics, schema, tag_codes, first_pos)
     return batch, int(chain_crcs[-1])
+
+
+def raw_run_batch(records: bytes, data: bytes, chain: int | None, topics: frozenset[str] | None,
+                  schema: pa.Schema, tag_codes: dict[str, int]) -> tuple[pa.RecordBatch, int]:
+    """The rows of a run as a node's raw read answers it (index records and
+    the entries' bytes, dledger.client.read_raw), every CRC checked here;
+    ChunkError if anything disagrees. Returns the run's last chain CRC, the
+    `chain` of the next run (None: the first entry's link is not checked)."""
+    parsed = np.frombuffer(records, _INDEX_DTYPE)
+    length = len(data)
+    if not len(parsed) or int(parsed["pos"][-1] + parsed["size"][-1] - parsed["pos"][0]) != length:
+        raise ChunkError()
+    raw = np.empty(length + _PAD, np.uint8)
+    raw[:length] = np.frombuffer(data, np.uint8)
+    raw[length:] = 0
+    return _decode_run(raw, length, parsed, chain, topics, schema, tag_codes)
 
 
 def _check_entries(v: _Views, at: np.ndarray, records: np.ndarray, chunk_pos: int,

@@ -163,7 +163,11 @@ class _Checked:
             await self._abort(failure, context)
         hide = self.method == _LOG_READ and user.type.value != "Super"
         async for response in self.handler.unary_stream(request, context):
-            yield without_secrets(response) if hide else response
+            if not hide:
+                yield response
+                continue
+            for piece in without_secrets(response):
+                yield piece
 
     async def _stream_unary(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
         try:

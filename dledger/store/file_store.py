@@ -557,8 +557,13 @@ class DLedgerFileStore:
         """Encoded entries from start_index, back to back inside one data segment:
         at most max_count and max_bytes, but at least one. (b"", 0) past the end.
         Not CRC-checked here: the follower checks every entry it receives."""
+        _, data, count = self.read_raw_run(start_index, max_bytes, max_count)
+        return data, count
+
+    def read_raw_run(self, start_index: int, max_bytes: int, max_count: int) -> tuple[bytes, bytes, int]:
+        """read_raw, with the run's index records (INDEX_RECORD_SIZE each) first."""
         if start_index > self.ledger_end_index or max_count <= 0:
-            return b"", 0
+            return b"", b"", 0
         self._check_range(start_index)
         count_wanted = min(max_count, self.ledger_end_index - start_index + 1)
         record_offset = start_index * INDEX_RECORD_SIZE
@@ -579,7 +584,7 @@ class DLedgerFileStore:
         data = segment.read(first_pos - segment.start, total)
         if HEADER.unpack_from(data, 0)[2] != start_index:
             raise CorruptLogError(f"entry {start_index}: data at pos {first_pos} holds another entry")
-        return data, count
+        return records[:count * INDEX_RECORD_SIZE], data, count
 
     @staticmethod
     def _run_length(records: bytes, start_index: int, first_pos: int, first_size: int,

@@ -22,6 +22,7 @@ from broker.client.admin import AdminClient
 from cluster import certs
 from cluster.process_cluster import ROOT, ProcessCluster, find_leader
 from dledger.client import DLedgerClient
+from dledger.entry import INDEX_RECORD, INDEX_RECORD_SIZE
 from dledger.rpc.credentials import ClientSecurity, authorization_value
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
@@ -264,6 +265,16 @@ async def test_log_readers_who_are_not_super_users_never_see_users_secrets(secur
         assert not any(b"secret" in e.body for e in seen)
         with pytest.raises(Exception, match="holds users' secrets"):
             await reader.get(hidden[0].index)
+        # The raw read (Spark's live source) is answered in pieces around them.
+        runs = [run async for run in reader.read_raw(0, everything[-1].index)]
+    raw_indexes = {INDEX_RECORD.unpack_from(records, k)[3] for records, _ in runs
+                   for k in range(0, len(records), INDEX_RECORD_SIZE)}
+    assert raw_indexes.isdisjoint(e.index for e in hidden) and {e.index for e in seen} <= raw_indexes
+    assert not any(b"secret" in data for _, data in runs)
+    for records, data in runs:   # each piece still a run of back-to-back entries
+        first = INDEX_RECORD.unpack_from(records, 0)
+        last = INDEX_RECORD.unpack_from(records, len(records) - INDEX_RECORD_SIZE)
+        assert len(data) == last[1] + last[2] - first[1]
 
 
 def test_the_console_reads_a_secured_cluster_with_the_operators_credentials(secure, monkeypatch) -> None:
