@@ -167,3 +167,22 @@ def test_max_bytes_per_second_throttles_a_partition(cluster):
     started = time.monotonic()
     got = read_range(LiveRange(servers, "default", first, last, (), max_bytes_per_second=total // 2))
     assert got == sent and time.monotonic() - started >= 1.8  # two seconds' worth at that rate
+
+
+def test_a_raw_run_damaged_on_the_way_is_read_again_entry_by_entry(cluster, monkeypatch):
+    servers = addresses(cluster)
+    sent = run(append(servers, 600, "wire"))
+    begin, committed = committed_bounds(servers, "default")
+    view = group_view(servers, "default")
+    [part] = plan_live_ranges(servers, "default", begin, committed, 10**6, view.followers)
+    real, damaged = live_log.raw_run_batch, []
+
+    def flip_a_body_byte_once(records, data, *rest):  # noqa: ANN001, ANN202
+        if not damaged:
+            damaged.append(True)
+            data = data[:-1] + bytes([data[-1] ^ 0x01])  # the last entry's body: its CRC fails
+        return real(records, data, *rest)
+
+    monkeypatch.setattr(live_log, "raw_run_batch", flip_a_body_byte_once)
+    assert read_range_raw(part) == {index: body for index, body in sent.items() if index <= committed}
+    assert damaged
