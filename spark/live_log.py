@@ -55,9 +55,10 @@ from spark.vector_decode import CHUNK_BYTES, ChunkError, output_schema, raw_run_
 
 # Entries handed from the event loop to the (synchronous) Spark reader at a time.
 CHUNK_ENTRIES = 4096
-# Bytes of a raw run a node answers in one message (the Arrow path), and
-# bytes handed to the decoder at a time.
-RAW_RUN_BYTES = 8 << 20
+# Bytes of a raw run a node answers in one message (the Arrow path: a node
+# reads a run on its event loop, so runs stay small), and bytes handed to the
+# decoder at a time (runs that continue one another joined).
+RAW_RUN_BYTES = 1 << 20
 RAW_CHUNK_BYTES = CHUNK_BYTES
 # How long planning keeps trying to reach some node of the group.
 PLANNING_TIMEOUT_S = 30.0
@@ -247,6 +248,13 @@ def live_entries(part: LiveRange) -> Iterator[Scanned]:
         _LoopThread.run(reader.close())
 
 
+def _continues(before: tuple[bytes, bytes], run: tuple[bytes, bytes]) -> bool:
+    """Whether `run` starts with the entry after `before`'s last, at the byte after it."""
+    _, pos, size, index, _ = INDEX_RECORD.unpack_from(before[0], len(before[0]) - INDEX_RECORD_SIZE)
+    _, next_pos, _, next_index, _ = INDEX_RECORD.unpack_from(run[0], 0)
+    return next_index == index + 1 and next_pos == pos + size
+
+
 class _RangeReader:
     """Entries first..last of a partition: from its replicas in order, then
     the leader, resuming after the last entry delivered whenever a node fails."""
@@ -277,18 +285,25 @@ class _RangeReader:
         return chunk
 
     async def take_runs(self, max_bytes: int) -> list[tuple[bytes, bytes]]:
-        """Raw runs (index records, entry bytes) of about max_bytes in all; [] past the end."""
-        runs: list[tuple[bytes, bytes]] = []
+        """Raw runs (index records, entry bytes) of about max_bytes in all; [] past the end.
+        Runs that continue one another (the next entry, at the next byte: the
+        same data segment) are joined, so that the decoder takes large chunks
+        while a node reads and sends a small run at a time."""
+        pieces: list[list[tuple[bytes, bytes]]] = []
         taken = 0
         while taken < max_bytes and self.next_index <= self.part.last_index:
             run = await self._next()
             if run is None:
                 break
-            runs.append(run)
+            if pieces and _continues(pieces[-1][-1], run):
+                pieces[-1].append(run)
+            else:
+                pieces.append([run])
             taken += len(run[1])
         self.bytes += taken
         await self._throttle()
-        return runs
+        return [(b"".join(r for r, _ in joined), b"".join(d for _, d in joined)) if len(joined) > 1 else joined[0]
+                for joined in pieces]
 
     def _fresh(self, item: Any) -> Any:
         """What of a streamed entry or run was not delivered yet (None: all
