@@ -181,15 +181,18 @@ class ReceiveService:
         else:
             key = (params.group, params.attempt_id)
             committing = asyncio.ensure_future(self._commit(selections))
-            # Retrieved: the caller may be gone (cancelled) when it fails.
-            committing.add_done_callback(lambda done: done.cancelled() or done.exception())
+            # Known until the entry is in, even when this call is cancelled
+            # meanwhile (a client that timed out and retries at once).
             self._attempts_in_flight[key] = committing
-            try:
-                index = await asyncio.shield(committing)
-            finally:
-                if self._attempts_in_flight.get(key) is committing:
-                    del self._attempts_in_flight[key]
+            committing.add_done_callback(lambda done: self._settled(key, done))
+            index = await asyncio.shield(committing)
         return self._delivered(params, selections, index)
+
+    def _settled(self, key: tuple[str, str], done: asyncio.Future[int]) -> None:
+        if self._attempts_in_flight.get(key) is done:
+            del self._attempts_in_flight[key]
+        if not done.cancelled():
+            done.exception()  # retrieved: its caller may be gone
 
     async def _commit(self, selections: list[Selection]) -> int:
         held = []

@@ -260,6 +260,11 @@ async def warm_group(cluster: BrokerCluster, node: str) -> None:
     await cluster.wait_applied()
 
 
+def in_flight(state) -> int:  # noqa: ANN001
+    """Leases held now, over every queue."""
+    return sum(q["inFlight"]["count"] for q in state.encode()["popQueues"])
+
+
 def ids(messages: list[pb.Message]) -> list[str]:
     return sorted(m.system_properties.message_id for m in messages)
 
@@ -318,20 +323,35 @@ async def test_a_receive_whose_lease_the_next_leader_commits_is_answered_there_w
         sorted(leased.offsets)
 
 
-async def test_a_receive_retried_while_its_first_try_is_in_flight_gets_the_same_batch(cluster: BrokerCluster):
+@pytest.mark.parametrize("first_call", ["waiting", "cancelled"])
+async def test_a_receive_retried_while_its_first_try_is_in_flight_gets_the_same_batch(cluster: BrokerCluster,
+                                                                                      first_call: str):
     # A client whose call timed out retries on the same leader while the
     # entry of its first try is not committed yet: it waits for that entry
-    # and gets its batch, rather than a second batch beside the first.
+    # and gets its batch, rather than a second batch beside the first. The
+    # first call may still be waiting, or gone (the server cancels the
+    # handler of a call whose client gave up): its entry commits either way.
     leader = await cluster.wait_leader()
     await warm_group(cluster, leader)
     receiver = cluster.brokers[leader].consumer.receiver
+    state = cluster.brokers[leader].consumer.state
+    leased_before = in_flight(state)
     cluster.network.delay_s = 0.3
     try:
         first = asyncio.ensure_future(receiver.receive(replace(params(batch=4), attempt_id="slow-1")))
         await asyncio.sleep(0.05)
         assert not first.done()
+        if first_call == "cancelled":
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first   # gone before the retry arrives
         second = await receiver.receive(replace(params(batch=4), attempt_id="slow-1"))
-        assert len(await first) == 4
     finally:
         cluster.network.delay_s = 0.0
-    assert ids(second) == ids(first.result())
+    recent = state.recent_receive(GROUP, "slow-1")
+    assert recent is not None and len(recent.offsets) == 4
+    assert in_flight(state) == leased_before + 4, "a second batch was leased beside the first"
+    assert sorted((m.system_properties.queue_id, m.system_properties.queue_offset) for m in second) == \
+        sorted(recent.offsets)
+    if first_call == "waiting":
+        assert ids(second) == ids(await first)
