@@ -73,6 +73,11 @@ class PopCommitter:
     async def commit(self, ops: Iterable[Op]) -> int:
         """Write `ops` through the log; returns the index of the entry that
         carried them, once this node has applied it."""
+        return await asyncio.shield(self.submit(ops))
+
+    def submit(self, ops: Iterable[Op]) -> asyncio.Future[int]:
+        """commit(), queued now: the future is the entry's index once this
+        node has applied it (or the append's error), whoever still waits."""
         encoded = [op.to_json() for op in ops]
         if not self._pending or len(self._pending[-1].ops) + len(encoded) > self.max_ops_per_entry:
             self._pending.append(_Batch())
@@ -81,7 +86,7 @@ class PopCommitter:
         waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         batch.waiters.append(waiter)
         self._start_appends()
-        return await asyncio.shield(waiter)
+        return waiter
 
     def _start_appends(self) -> None:
         while self._pending and self._in_flight < self.max_in_flight:

@@ -176,25 +176,24 @@ class ReceiveService:
                     break
         if not selections:
             return []
-        if params.attempt_id is None:
-            index = await self._commit(selections)
-        else:
+        committing = self._commit(selections)
+        if params.attempt_id is not None:
+            # Known as in flight until its entry is in, even when this call is
+            # cancelled meanwhile (a client that timed out retries at once).
             key = (params.group, params.attempt_id)
-            committing = asyncio.ensure_future(self._commit(selections))
-            # Known until the entry is in, even when this call is cancelled
-            # meanwhile (a client that timed out and retries at once).
             self._attempts_in_flight[key] = committing
-            committing.add_done_callback(lambda done: self._settled(key, done))
-            index = await asyncio.shield(committing)
+            committing.add_done_callback(lambda done: self._attempt_settled(key, done))
+        index = await asyncio.shield(committing)
         return self._delivered(params, selections, index)
 
-    def _settled(self, key: tuple[str, str], done: asyncio.Future[int]) -> None:
+    def _attempt_settled(self, key: tuple[str, str], done: asyncio.Future[int]) -> None:
         if self._attempts_in_flight.get(key) is done:
             del self._attempts_in_flight[key]
-        if not done.cancelled():
-            done.exception()  # retrieved: its caller may be gone
 
-    async def _commit(self, selections: list[Selection]) -> int:
+    def _commit(self, selections: list[Selection]) -> asyncio.Future[int]:
+        """The selections' ops queued for the log, their claims held from now
+        (before any other receive selects) until the entry is applied or the
+        append fails, whether or not the receive still waits."""
         held = []
         for selection in selections:
             op = selection.op
@@ -207,11 +206,13 @@ class ReceiveService:
             claim = (key, op.end if op.scans else None, offsets, groups)
             self.claims.hold(*claim)
             held.append(claim)
-        try:
-            return await self.committer.commit([s.op for s in selections])
-        finally:
+        committing = self.committer.submit([s.op for s in selections])
+
+        def release(_: asyncio.Future[int]) -> None:
             for claim in held:
                 self.claims.release(*claim)
+        committing.add_done_callback(release)
+        return committing
 
     def _delivered(self, params: ReceiveParams, selections: list[Selection], index: int) -> list[pb.Message]:
         """The messages whose lease this entry granted (a decision that lost a

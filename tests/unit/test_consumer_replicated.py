@@ -92,10 +92,14 @@ async def cluster(tmp_path):
     await c.stop()
 
 
-async def test_concurrent_receives_and_acks_share_log_entries(cluster: BrokerCluster):
+@pytest.mark.parametrize("attempt_ids", [False, True])
+async def test_concurrent_receives_and_acks_share_log_entries(cluster: BrokerCluster, attempt_ids: bool):
+    # With attempt ids (as our client sends them) too: a receive's claims must
+    # be held before the next one selects, or both pick the same message.
     consumer = (await cluster.leader_broker()).consumer
     before = consumer.committer.entries
-    batches = await asyncio.gather(*(consumer.receiver.receive(params(batch=1)) for _ in range(40)))
+    batches = await asyncio.gather(*(consumer.receiver.receive(
+        replace(params(batch=1), attempt_id=f"concurrent-{i}" if attempt_ids else None)) for i in range(40)))
     received = [m for batch in batches for m in batch]
     assert sorted(m.body for m in received) == sorted(b"m%d" % i for i in range(40))
     receive_entries = consumer.committer.entries - before
