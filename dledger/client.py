@@ -41,7 +41,7 @@ import grpc
 from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception,
                       stop_after_delay, wait_exponential_jitter)
 
-from dledger.entry import INDEX_RECORD, INDEX_RECORD_SIZE
+from dledger.entry import INDEX_RECORD_SIZE, run_indexes
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.rpc.channel import channel_options
 from dledger.rpc.credentials import ClientSecurity
@@ -462,7 +462,7 @@ class DLedgerClient:
                     raise DLedgerError(ResponseCode.INTERNAL_ERROR, f"a raw read answered {len(records)} bytes of "
                                                                     f"index records")
                 yield records, response.raw_data
-                cursor.next_index = INDEX_RECORD.unpack_from(records, len(records) - INDEX_RECORD_SIZE)[3] + 1
+                cursor.next_index = run_indexes(records)[1] + 1
         finally:
             self._cancel(cursor)
 

@@ -163,3 +163,10 @@ def entry_from_bytes(buf: bytes | memoryview, offset: int = 0) -> DLedgerEntry:
 
 def encode_index_record(magic: int, pos: int, size: int, index: int, term: int) -> bytes:
     return INDEX_RECORD.pack(magic, pos, size, index, term)
+
+
+def run_indexes(records: bytes) -> tuple[int, int]:
+    """The first and last entry index that a run of index records (a raw
+    read's `raw_records`) names."""
+    last = len(records) - INDEX_RECORD_SIZE
+    return INDEX_RECORD.unpack_from(records, 0)[3], INDEX_RECORD.unpack_from(records, last)[3]

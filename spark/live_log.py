@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from dledger.client import DLedgerClient
-from dledger.entry import INDEX_RECORD, INDEX_RECORD_SIZE
+from dledger.entry import INDEX_RECORD, INDEX_RECORD_SIZE, run_indexes
 from dledger.errors import DLedgerError, ResponseCode
 from rpcgen import dledger_pb2 as pb
 from spark.entry_scan import scanned_magic
@@ -204,9 +204,10 @@ def live_batches(part: LiveRange, topics: frozenset[str] | None = None,
             if runs:
                 fetching = _LoopThread.submit(reader.take_runs(RAW_CHUNK_BYTES))
             for records, data in runs:
-                if INDEX_RECORD.unpack_from(records, 0)[3] != expected:
+                first, last = run_indexes(records)
+                if first != expected:
                     chain = None   # entries left out before this run: its first link is not checked
-                expected = INDEX_RECORD.unpack_from(records, len(records) - INDEX_RECORD_SIZE)[3] + 1
+                expected = last + 1
                 try:
                     batch, chain = raw_run_batch(records, data, chain, topics, schema, tag_codes)
                 except ChunkError:
@@ -225,8 +226,7 @@ def _reference_run(part: LiveRange, records: bytes, topics: frozenset[str] | Non
                    schema: pa.Schema) -> pa.RecordBatch | None:
     """A run that failed a check, read again entry by entry (each entry
     CRC-checked by the node that serves it) and decoded by the reference."""
-    first = INDEX_RECORD.unpack_from(records, 0)[3]
-    last = INDEX_RECORD.unpack_from(records, len(records) - INDEX_RECORD_SIZE)[3]
+    first, last = run_indexes(records)
     run = replace(part, first_index=first, last_index=last)
     batches = [b.select(schema.names) for b in scanned_record_batches(live_entries(run), topics)]
     return pa.Table.from_batches(batches, schema).combine_chunks().to_batches()[0] if batches else None
@@ -306,31 +306,24 @@ class _RangeReader:
                 for joined in pieces]
 
     def _fresh(self, item: Any) -> Any:
-        """What of a streamed entry or run was not delivered yet (None: all
-        was, before a resume), moving next_index past it."""
+        """A streamed entry or run, moving next_index past it (None: an entry
+        delivered before a resume)."""
         if not self.raw:
             if item.index < self.next_index:
                 return None
             self.next_index = item.index + 1
             return item
-        records, data = item
-        count = len(records) // INDEX_RECORD_SIZE
-        first = INDEX_RECORD.unpack_from(records, 0)[3]
-        if first + count - 1 > self.part.last_index:
-            raise DLedgerError(ResponseCode.INTERNAL_ERROR, f"a raw read answered entries {first}.."
-                                                            f"{first + count - 1} past the range's end "
-                                                            f"{self.part.last_index}")
-        # A run may start past next_index: entries the caller may not read
-        # (users' secrets) are left out, as the decoded read leaves them out.
-        skip = max(0, self.next_index - first)
-        if skip >= count:
-            return None
-        if skip:
-            cut = INDEX_RECORD.unpack_from(records, skip * INDEX_RECORD_SIZE)[1] - \
-                INDEX_RECORD.unpack_from(records, 0)[1]
-            records, data = records[skip * INDEX_RECORD_SIZE:], data[cut:]
-        self.next_index = first + count
-        return records, data
+        # A raw stream always starts at next_index (a resumed one too), and
+        # may skip entries the caller may not read (users' secrets), as the
+        # decoded read leaves them out; a run before it or past the range's
+        # end is the node's mistake.
+        first, last = run_indexes(item[0])
+        if first < self.next_index or last > self.part.last_index:
+            raise DLedgerError(ResponseCode.INTERNAL_ERROR, f"a raw read answered entries {first}..{last} "
+                                                            f"when {self.next_index}..{self.part.last_index} "
+                                                            f"were asked for")
+        self.next_index = last + 1
+        return item
 
     async def _next(self) -> Any:
         """The next entry (or raw run) of the range (None past its end), from
