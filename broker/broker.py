@@ -48,7 +48,7 @@ class Broker:
         self.timers = TimerService(config, store, self.topics, gate)
         self.transactions = TransactionService(config, store, self.topics, self.clients, gate)
         self.sender = SendService(config, store, self.topics, self.timers, self.transactions)
-        self.forwarder = LeaderForwarder(server, config, tls)
+        self.forwarder = LeaderForwarder(server, config, tls, signing)
         self.consumer = ConsumerService(store, self.topics, self.clients, self.ensure_group)
         # Users and ACLs are replicated whether or not this node enforces
         # them, so that turning auth on finds every node agreeing.

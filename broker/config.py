@@ -49,6 +49,9 @@ class BrokerConfig:
     # up to this long for one before answering HA_NOT_AVAILABLE.
     leader_wait_s: float = 3.0
     forward_timeout_s: float = 10.0
+    # Forwarded unary calls of the messaging service share one stream to the
+    # leader (broker/relay.py) instead of a gRPC call each.
+    relay_forwarded_calls: bool = True
     # Send retries are recognised by message id (a producer retries with the
     # same id; a repeat is answered with the original receipt) for the
     # messages of this many last entries of the log: a window of the log

@@ -29,14 +29,18 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Iterator
 
 import grpc
+from google.protobuf import message_factory
 
 from broker.config import BrokerConfig
 from broker.errors import BrokerError
+from broker.relay import RelayCallError, RelayClient
 from dledger.rpc import tls
 from dledger.rpc.channel import channel_options
+from dledger.rpc.credentials import signed_headers
 from dledger.member_state import MemberState
 from dledger.server import DLedgerServer
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -50,6 +54,7 @@ POLL_S = 0.02
 # Builds the stub a call is relayed with: the messaging service's by default;
 # the admin service passes its own (both live on every node's port).
 StubFactory = Callable[[grpc.aio.Channel], Any]
+_MESSAGING = spb.DESCRIPTOR.services_by_name["MessagingService"]
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,8 @@ class _Abandonable:
         self.abandoned = True
         self.call.cancel()
 
-    def outcome(self, error: grpc.aio.AioRpcError | asyncio.CancelledError, method: str, target: Target,
+    def outcome(self, error: grpc.aio.AioRpcError | RelayCallError | asyncio.CancelledError, method: str,
+                target: Target,
                 member_state: MemberState) -> BaseException:
         """What the forwarded call's failure becomes: PROXY_TIMEOUT when it
         was abandoned, the cancellation itself when the caller went away,
@@ -134,14 +140,19 @@ class _Abandonable:
 
 
 class LeaderForwarder:
-    def __init__(self, server: DLedgerServer, config: BrokerConfig, material: tls.TlsMaterial = tls.PLAINTEXT
-                 ) -> None:
+    def __init__(self, server: DLedgerServer, config: BrokerConfig, material: tls.TlsMaterial = tls.PLAINTEXT,
+                 signing: tuple[str, str] | None = None) -> None:
+        """`signing`: the node's own credentials (the super user's): the relay
+        stream is opened with them where the leader's port checks them, each
+        call on it carrying its client's own."""
         self.server = server
         self.config = config
         # The leader's peer address is a members-only mutual-TLS port when
         # the node has the cluster CA.
         self._tls = material
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._relays: dict[str, RelayClient] = {}
+        self._relay_headers = signed_headers(*signing) if signing else None
         self.watch = LeaderWatch(server.member_state)
 
     def is_leader(self) -> bool:
@@ -152,6 +163,8 @@ class LeaderForwarder:
         return any(key == FORWARDED_HEADER for key, _ in context.invocation_metadata() or ())
 
     async def close(self) -> None:
+        relays, self._relays = list(self._relays.values()), {}
+        await asyncio.gather(*(relay.close() for relay in relays), return_exceptions=True)
         channels, self._channels = list(self._channels.values()), {}
         await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
 
@@ -159,6 +172,8 @@ class LeaderForwarder:
     async def unary(self, method: str, request: Any, context: grpc.aio.ServicerContext,
                     stub_factory: StubFactory = service_pb2_grpc.MessagingServiceStub,
                     give_up: float | None = None) -> Any:
+        if stub_factory is service_pb2_grpc.MessagingServiceStub and self.config.relay_forwarded_calls:
+            return await self._relayed(method, request, context, give_up)
         stub, metadata, timeout, target = await self._target(method, context, stub_factory, give_up)
         call = getattr(stub, method)(request, metadata=metadata, timeout=timeout)
         abandon = _Abandonable(call)
@@ -167,6 +182,20 @@ class LeaderForwarder:
                 return await call
         except (grpc.aio.AioRpcError, asyncio.CancelledError) as error:
             raise abandon.outcome(error, method, target, self.server.member_state) from None
+
+    async def _relayed(self, method: str, request: Any, context: grpc.aio.ServicerContext,
+                       give_up: float | None) -> Any:
+        """`unary`, on the relay stream to the leader (broker/relay.py)."""
+        _, metadata, timeout, target = await self._target(method, context, None, give_up)
+        relay = self._relay(target.address)
+        pending = relay.submit(f"/{_MESSAGING.full_name}/{method}", request.SerializeToString(), metadata, timeout)
+        abandon = _Abandonable(pending)
+        try:
+            with self.watch.guard(target, abandon):
+                answer = await relay.answer(pending, timeout)
+        except (RelayCallError, asyncio.CancelledError) as error:
+            raise abandon.outcome(error, method, target, self.server.member_state) from None
+        return _response_class(method).FromString(answer)
 
     async def server_stream(self, method: str, request: Any, context: grpc.aio.ServicerContext,
                             give_up: float | None = None) -> AsyncIterator[Any]:
@@ -209,10 +238,11 @@ class LeaderForwarder:
 
     # ------------------------------------------------------------- plumbing
     async def _target(self, method: str, context: grpc.aio.ServicerContext,
-                      stub_factory: StubFactory = service_pb2_grpc.MessagingServiceStub,
+                      stub_factory: StubFactory | None = service_pb2_grpc.MessagingServiceStub,
                       give_up: float | None = None) -> tuple[Any, list[tuple[str, str]], float | None, Target]:
         """`give_up` (time.monotonic()): wait for a leader until then rather
-        than `leader_wait_s` (a call the edge holds through an election)."""
+        than `leader_wait_s` (a call the edge holds through an election).
+        No stub without a `stub_factory` (a relayed call needs none)."""
         if self.was_forwarded(context):
             raise BrokerError(pb.HA_NOT_AVAILABLE, f"{self.server.config.self_id} received a forwarded "
                                                    f"{method} but does not lead; retry")
@@ -226,7 +256,14 @@ class LeaderForwarder:
             # Leave the edge time to try the next leader if this one fails.
             remaining = max(0.05, give_up - time.monotonic())
         timeout = min(remaining, self.config.forward_timeout_s) if remaining is not None else None
-        return stub_factory(self._channel(target.address)), metadata, timeout, target
+        stub = stub_factory(self._channel(target.address)) if stub_factory is not None else None
+        return stub, metadata, timeout, target
+
+    def _relay(self, address: str) -> RelayClient:
+        relay = self._relays.get(address)
+        if relay is None:
+            relay = self._relays[address] = RelayClient(self._channel(address), self._relay_headers)
+        return relay
 
     async def _leader(self, wait_s: float) -> Target:
         """The leader and its peer address (peers reach each other there, even
@@ -250,11 +287,23 @@ class LeaderForwarder:
         return channel
 
 
-def _relay_failure(method: str, error: grpc.aio.AioRpcError) -> BrokerError:
+def _response_class(method: str) -> Any:
+    found = _RESPONSE_CLASSES.get(method)
+    if found is None:
+        found = _RESPONSE_CLASSES[method] = message_factory.GetMessageClass(
+            _MESSAGING.methods_by_name[method].output_type)
+    return found
+
+
+_RESPONSE_CLASSES: dict[str, Any] = {}
+
+
+def _relay_failure(method: str, error: grpc.aio.AioRpcError | RelayCallError) -> BrokerError:
     """A leader that cannot be reached (it died, an election runs) is an
     availability problem the client's retry fixes."""
-    if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                        grpc.StatusCode.CANCELLED):
-        return BrokerError(pb.HA_NOT_AVAILABLE, f"forwarding {method} to the leader failed: {error.details()}; retry")
+    code, details = (error.code, error.details) if isinstance(error, RelayCallError) \
+        else (error.code(), error.details())
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+        return BrokerError(pb.HA_NOT_AVAILABLE, f"forwarding {method} to the leader failed: {details}; retry")
     return BrokerError(pb.INTERNAL_SERVER_ERROR, f"forwarding {method} to the leader failed: "
-                                                 f"{error.code().name}: {error.details()}")
+                                                 f"{code.name}: {details}")

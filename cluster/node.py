@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from broker.admin_service import add_admin_service
 from broker.broker import Broker
 from broker.config import BrokerConfig
+from broker.relay import RelayedHandlers, RelayServicer
 from broker.service import MessagingServicer
 from cluster.console.backend import Target
 from cluster.front_end import FrontEnd
@@ -36,6 +37,7 @@ from dledger.server import DLedgerServer
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc as messaging_grpc
+from rpcgen.pydledger.relay.v1 import relay_pb2_grpc as relay_grpc
 from store.config import MessageStoreConfig
 from store.message_store import MessageStore
 from dledger.errors import CorruptLogError
@@ -153,6 +155,7 @@ class Node:
             messaging_grpc.add_MessagingServiceServicer_to_server(messaging, server)
             add_admin_service(self.broker, server)
             add_auth_service(guard, self.store, self.broker.forwarder, server)
+        self._add_relay(messaging)
         for server in self._servers:
             await server.start()
         await self._start_front_end(broker_settings)
@@ -166,6 +169,27 @@ class Node:
                  config.metrics_address or "-", config.data_dir, config.flush_mode.value,
                  ("mutual, clients on " + config.client_bind_address) if config.mutual_tls
                  else "on" if self.tls.enabled else "off", os.getpid())
+
+    def _add_relay(self, messaging: MessagingServicer) -> None:
+        """The relay of forwarded calls (broker/relay.py) on the port that
+        followers forward to, its calls behind that port's own checks: the
+        members' port has none (with mutual TLS), the shared port namespaces
+        and, with auth on, authentication and ACLs. Its interceptors are its
+        own (they cache handlers that name one servicer)."""
+        def register(server: Any) -> None:
+            messaging_grpc.add_MessagingServiceServicer_to_server(messaging, server)
+
+        def checks() -> list[grpc.aio.ServerInterceptor]:
+            if self.peer_server is not None:
+                return []
+            chain: list[grpc.aio.ServerInterceptor] = [NamespaceInterceptor()]
+            if self.guard is not None and self.guard.settings.enabled:
+                chain.append(AuthInterceptor(self.guard))
+            return chain
+
+        server = self.peer_server if self.peer_server is not None else self.grpc_server
+        assert server is not None
+        relay_grpc.add_RelayServiceServicer_to_server(RelayServicer(RelayedHandlers([register], checks)), server)
 
     def _build_servers(self, servicer: DLedgerServicer, auth: AuthSettings) -> None:
         """The client port (and, with mutual TLS, the members' port), bound

@@ -1,7 +1,8 @@
 """PeerOnlyGuard: with mutual TLS, the peer protocol lives on the members-only
-port; on the client port a Vote, HeartBeat, Push or PeerStream is refused before it
-reaches the servicer, so a client (which presents no certificate) cannot
-disturb an election or a follower's log."""
+port; on the client port a Vote, HeartBeat, Push, PeerStream or relay stream
+is refused before it reaches the servicer, so a client (which presents no
+certificate) cannot disturb an election or a follower's log, nor relay calls
+past the client port's checks."""
 from __future__ import annotations
 
 import asyncio
@@ -9,13 +10,16 @@ from typing import Any, Awaitable, Callable
 
 import grpc
 
+from broker.relay import RELAY_METHOD
 from rpcgen import dledger_pb2 as pb
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["DLedgerService"].full_name
 # LeadershipTransfer stays: operators ask for it on the client port.
 PEER_ONLY_METHODS = frozenset(f"/{_SERVICE}/{m}" for m in ("Vote", "HeartBeat", "Push"))
-# Replication's stream (pushes and heartbeats on one call per follower).
-PEER_ONLY_STREAMS = frozenset({f"/{_SERVICE}/PeerStream"})
+# Replication's stream (pushes and heartbeats on one call per follower), and
+# the relay of forwarded calls (broker/relay.py: the members' port serves it
+# without the client port's checks, as it serves forwarded calls).
+PEER_ONLY_STREAMS = frozenset({f"/{_SERVICE}/PeerStream", RELAY_METHOD})
 FIRST_REQUEST_WAIT_S = 1.0
 
 

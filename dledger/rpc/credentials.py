@@ -163,6 +163,12 @@ class _SignStreamStream(grpc.aio.StreamStreamClientInterceptor):
         return await continuation(_with_headers(details, self._signer.headers()), request_iterator)
 
 
+def signed_headers(user: str, secret: str) -> Callable[[], tuple[tuple[str, str], ...]]:
+    """The headers that sign a call as `user`, fresh each second (for a
+    stream opened by hand, with its metadata)."""
+    return _Signer(user, secret, "").headers
+
+
 def signing_interceptors(user: str, secret: str, namespace: str = "") -> list[Any]:
     signer = _Signer(user, secret, namespace)
     return [kind(signer) for kind in (_SignUnaryUnary, _SignUnaryStream, _SignStreamUnary, _SignStreamStream)]

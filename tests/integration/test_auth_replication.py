@@ -13,13 +13,15 @@ import pytest
 from broker.client.admin import AdminClient
 from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
-from dledger.rpc.credentials import ClientSecurity
+from broker.auth.requirements import MESSAGING
+from dledger.rpc.credentials import ClientSecurity, signed_headers
 from rpcgen import dledger_pb2, dledger_pb2_grpc
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
 from rpcgen.pydledger.auth.v1 import auth_pb2 as apb
 from rpcgen.pydledger.auth.v1 import auth_pb2_grpc
+from rpcgen.pydledger.relay.v1 import relay_pb2, relay_pb2_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -56,6 +58,38 @@ async def wait_all(cluster: ProcessCluster, security: ClientSecurity, code: int,
     return time.monotonic() - start
 
 
+def relay_route(user: str, secret: str) -> relay_pb2.RelayRequest:
+    headers = signed_headers(user, secret)()
+    return relay_pb2.RelayRequest(calls=[relay_pb2.RelayedCall(
+        id=7, method=f"/{MESSAGING}/QueryRoute", request=ROUTE.SerializeToString(), timeout_s=5,
+        metadata=[relay_pb2.Header(key=k, value=v) for k, v in (*headers, ("x-mq-client-id", "relay-test"))])])
+
+
+async def relay_is_for_members_and_checks_each_call(leader: str) -> None:
+    """On a shared port the relay of forwarded calls (broker/relay.py) opens
+    only for super users (nodes sign it as the bootstrap one), and the leader
+    checks each call on it with the call's own credentials."""
+    for security, code in ((ClientSecurity(), grpc.StatusCode.UNAUTHENTICATED),
+                           (CAROL, grpc.StatusCode.PERMISSION_DENIED)):
+        async with security.channel(leader) as channel:
+            stream = relay_pb2_grpc.RelayServiceStub(channel).Calls()
+            try:
+                await stream.write(relay_route(CAROL.user, CAROL.secret))
+            except grpc.aio.AioRpcError:
+                pass
+            assert await stream.code() == code, await stream.details()
+    async with ADMIN.channel(leader) as channel:
+        stream = relay_pb2_grpc.RelayServiceStub(channel).Calls()
+        codes = []
+        for user, secret in ((CAROL.user, CAROL.secret), (CAROL.user, "not-her-secret"), ("mallory", "x")):
+            await stream.write(relay_route(user, secret))
+            answer = (await stream.read()).answers[0]
+            assert (answer.id, answer.code) == (7, 0), answer.details
+            codes.append(spb.QueryRouteResponse.FromString(answer.response).status.code)
+        await stream.done_writing()
+        assert codes == [pb.OK, pb.UNAUTHORIZED, pb.UNAUTHORIZED]
+
+
 async def test_users_and_acls_survive_failover_and_restart_and_removal_is_quick(tmp_path: Path) -> None:
     (tmp_path / "admin.secret").write_text(ADMIN.secret)
     cluster = ProcessCluster(tmp_path / "nodes", extra_args=[
@@ -88,6 +122,7 @@ async def test_users_and_acls_survive_failover_and_restart_and_removal_is_quick(
                     header=dledger_pb2.Header(group="default", local_id="intruder", term=10**6),
                     ledger_end_index=10**9), timeout=5)
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        await relay_is_for_members_and_checks_each_call(cluster.addresses[leader])
 
         # The leader dies: the new one (and the others) still know them.
         cluster.kill(leader)

@@ -1,6 +1,6 @@
 """TLS on the client port, mutual TLS between peers: a secured cluster
 elects and commits; plaintext clients and the peer protocol on the client
-port are refused; a node whose certificate comes from another CA neither
+port (and the relay of forwarded calls) are refused; a node whose certificate comes from another CA neither
 counts as a voter nor receives entries."""
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from dledger.client import DLedgerClient
 from dledger.rpc.credentials import ClientSecurity
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
+from rpcgen.pydledger.relay.v1 import relay_pb2, relay_pb2_grpc
 
 pytestmark = pytest.mark.integration
 
@@ -60,6 +61,13 @@ async def test_a_tls_cluster_elects_commits_and_refuses_plaintext(tmp_path: Path
             except grpc.aio.AioRpcError:
                 pass   # the node may have ended the call before the write: its status says why
             assert await stream.code() == grpc.StatusCode.PERMISSION_DENIED, await stream.details()
+            # Nor the relay of forwarded calls, which the members' port serves without the client port's checks.
+            relay = relay_pb2_grpc.RelayServiceStub(channel).Calls()
+            try:
+                await relay.write(relay_pb2.RelayRequest())
+            except grpc.aio.AioRpcError:
+                pass
+            assert await relay.code() == grpc.StatusCode.PERMISSION_DENIED, await relay.details()
         # Nor can a client without a certificate reach the peer port.
         async with security.channel(cluster.peer_addresses["n0"]) as channel:
             with pytest.raises(grpc.aio.AioRpcError) as refused:

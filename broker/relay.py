@@ -1,0 +1,439 @@
+"""The relay: forwarded unary calls sharing one stream to the leader.
+
+A follower forwards its clients' calls to the leader (broker/forwarding.py).
+A unary gRPC call costs each end several times what a message on an open
+stream costs (`python -m bench.grpc_floor`), and the official RocketMQ
+clients make a call per message sent or acked, so with 128 sends in flight
+through a front end the leader and the front end spent most of their CPU in
+gRPC's per-call work. Here a follower sends its forwarded unary calls to the
+leader on one `RelayService.Calls` stream: the calls made in one event-loop
+turn share one stream message (proto/pydledger/relay/v1/relay.proto), and
+the leader's answers that are ready together share one back.
+
+`RelayClient` is the follower's end, one per leader address. `RelayServicer`
+is the leader's: each relayed call runs in its own task through
+`RelayedHandlers`, which resolve a method to the handler the server would
+have run for it, behind the same interceptors (namespaces, authentication and
+ACLs, where the port that serves the relay has them), with a `RelayContext`
+that gives the handler the client's metadata, the caller's deadline and the
+relay's peer, exactly what a forwarded unary call gave it.
+
+A broken stream fails the calls waiting on it as a failed unary call would
+(UNAVAILABLE: the edge answers HA_NOT_AVAILABLE or tries the next leader);
+the next call opens a new stream. A call whose caller stops waiting (its
+deadline passed, its client went away, the leader moved) is forgotten here;
+the leader still finishes it, as it finishes a unary call it was already
+running, and its late answer is dropped.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, Awaitable, Callable, Iterable, Sequence
+
+import grpc
+
+from rpcgen.pydledger.relay.v1 import relay_pb2 as rpb
+from rpcgen.pydledger.relay.v1 import relay_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+RELAY_SERVICE = rpb.DESCRIPTOR.services_by_name["RelayService"].full_name
+RELAY_METHOD = f"/{RELAY_SERVICE}/Calls"
+# Calls and answers per stream message: bounds a message at a few MiB for
+# 1 KiB messages, far below the channels' limits.
+MAX_PER_MESSAGE = 512
+
+
+class RelayCallError(Exception):
+    """A relayed call ended without an answer: `code` as a unary call would have ended."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+# ==================================================================== client
+class RelayClient:
+    """The follower's end of one relay stream to one leader address.
+
+    Calls are written as they come while fewer than `window` stream messages
+    have calls still unanswered; beyond that, new calls wait (at most
+    `max_hold_s`) and then go together. An idle relay adds no wait, and a busy
+    one sends as many calls per message as arrive during a commit, the way
+    the leader's pushes and group commit batch (the official clients make a
+    call per message, each arriving on its own)."""
+
+    def __init__(self, channel: grpc.aio.Channel,
+                 headers: Callable[[], Sequence[tuple[str, str]]] | None = None,
+                 window: int = 2, max_hold_s: float = 0.005) -> None:
+        """`headers`: the metadata that signs the stream itself (a port with
+        authentication lets only super users relay)."""
+        self._stub = relay_pb2_grpc.RelayServiceStub(channel)
+        self._headers = headers
+        self.window = window
+        self.max_hold_s = max_hold_s
+        self._call: Any = None
+        self._pending: dict[int, asyncio.Future[rpb.RelayedAnswer]] = {}
+        self._queue: list[rpb.RelayedCall] = []
+        self._queued_at = 0.0
+        self._wakeup = asyncio.Event()
+        self._freed = asyncio.Event()
+        # Stream messages with calls unanswered: message number -> how many.
+        self._unanswered: dict[int, int] = {}
+        self._next_id = 1
+        self._tasks: list[asyncio.Task[None]] = []
+        self.messages = 0           # stream messages written, and the calls in them (tests, benchmarks)
+        self.calls = 0
+
+    async def call(self, method: str, request: bytes, metadata: Sequence[tuple[str, str]],
+                   timeout: float | None) -> bytes:
+        """Relay one unary call; its serialized answer, or RelayCallError
+        with the status it ended with."""
+        return await self.answer(self.submit(method, request, metadata, timeout), timeout)
+
+    def submit(self, method: str, request: bytes, metadata: Sequence[tuple[str, str]],
+               timeout: float | None) -> asyncio.Future[rpb.RelayedAnswer]:
+        """Queue one call; the future is its answer. Cancelling it forgets
+        the call here (the leader still finishes it)."""
+        self._open()
+        call_id = self._next_id
+        self._next_id += 1
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[rpb.RelayedAnswer] = loop.create_future()
+        self._pending[call_id] = future
+        future.add_done_callback(lambda _: self._pending.pop(call_id, None))
+        if not self._queue:
+            self._queued_at = loop.time()
+        self._queue.append(rpb.RelayedCall(
+            id=call_id, method=method, request=request, timeout_s=timeout or 0.0,
+            metadata=[rpb.Header(key=k, value=v) for k, v in metadata]))
+        self._wakeup.set()
+        return future
+
+    @staticmethod
+    async def answer(future: asyncio.Future[rpb.RelayedAnswer], timeout: float | None) -> bytes:
+        """Wait for a submitted call's answer, at most `timeout` seconds."""
+        try:
+            answer = await (asyncio.wait_for(future, timeout) if timeout is not None else future)
+        except asyncio.TimeoutError:
+            raise RelayCallError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        if answer.code != grpc.StatusCode.OK.value[0]:
+            raise RelayCallError(_CODES.get(answer.code, grpc.StatusCode.UNKNOWN), answer.details)
+        return answer.response
+
+    def _open(self) -> None:
+        if self._call is not None:
+            return
+        self._call = self._stub.Calls(metadata=tuple(self._headers()) if self._headers is not None else None)
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._write_loop(self._call)), loop.create_task(self._read_loop(self._call))]
+
+    async def _write_loop(self, call: Any) -> None:
+        """Write what is queued, all of it in one message, once the window
+        allows (see the class). It runs a loop turn after a call was queued
+        at the earliest, so the calls made in that turn ride together."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                while self._queue:
+                    held = self._queued_at + self.max_hold_s - loop.time()
+                    if len(self._unanswered) >= self.window and held > 0:
+                        self._freed.clear()
+                        with contextlib.suppress(asyncio.TimeoutError):
+                            await asyncio.wait_for(self._freed.wait(), held)
+                        continue
+                    await self._write(call)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - any failed write breaks the stream for every call on it
+            self._broken(call, f"the relay stream broke on a write: {error}")
+
+    async def _write(self, call: Any) -> None:
+        batch, self._queue = self._queue[:MAX_PER_MESSAGE], self._queue[MAX_PER_MESSAGE:]
+        self._queued_at = asyncio.get_running_loop().time()
+        number = self.messages
+        self.messages += 1
+        self.calls += len(batch)
+        self._unanswered[number] = 0
+        for relayed in batch:
+            future = self._pending.get(relayed.id)
+            if future is not None and not future.done():
+                self._unanswered[number] += 1
+                future.add_done_callback(lambda _, number=number: self._answered(number))
+        if not self._unanswered[number]:
+            del self._unanswered[number]
+        await call.write(rpb.RelayRequest(calls=batch))
+
+    def _answered(self, number: int) -> None:
+        left = self._unanswered.get(number)
+        if left is None:
+            return
+        if left > 1:
+            self._unanswered[number] = left - 1
+            return
+        del self._unanswered[number]
+        self._freed.set()
+
+    async def _read_loop(self, call: Any) -> None:
+        why = "the leader ended the relay stream"
+        try:
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    break
+                for answer in response.answers:
+                    future = self._pending.get(answer.id)
+                    if future is not None and not future.done():
+                        future.set_result(answer)
+        except asyncio.CancelledError:
+            raise
+        except grpc.aio.AioRpcError as error:
+            why = f"the relay stream ended: {error.code().name}: {error.details()}"
+        except Exception as error:  # noqa: BLE001 - gRPC's own errors on a call that broke under the read
+            why = f"the relay stream broke: {error}"
+        self._broken(call, why)
+
+    def _broken(self, call: Any, why: str) -> None:
+        """Fail every call waiting on `call`; the next call opens a new stream."""
+        if call is not self._call:
+            return
+        self._call = None
+        call.cancel()
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        pending, self._pending, self._queue = self._pending, {}, []
+        self._unanswered.clear()
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(RelayCallError(grpc.StatusCode.UNAVAILABLE, why))
+
+    async def close(self) -> None:
+        if self._call is not None:
+            self._broken(self._call, "the relay is closing")
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+# ==================================================================== server
+class _HandlerCapture:
+    """Stands for a gRPC server to a generated `add_XServicer_to_server`,
+    keeping the handlers it registers."""
+
+    def __init__(self) -> None:
+        self.generic: list[grpc.GenericRpcHandler] = []
+
+    def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
+        self.generic.extend(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        pass   # the generic handlers cover the same methods
+
+
+class _CallDetails(grpc.HandlerCallDetails):  # type: ignore[misc]
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.invocation_metadata: tuple[tuple[str, str], ...] = ()
+
+
+class RelayedHandlers:
+    """Which handler runs a relayed call: the servicers' own, behind the
+    interceptors the relaying port applies (made when first needed: the
+    authentication interceptor needs the broker's users)."""
+
+    def __init__(self, register: Iterable[Callable[[Any], None]],
+                 interceptors: Callable[[], list[grpc.aio.ServerInterceptor]]) -> None:
+        capture = _HandlerCapture()
+        for add in register:
+            add(capture)
+        self._generic = capture.generic
+        self._interceptors = interceptors
+        self._chain: list[grpc.aio.ServerInterceptor] | None = None
+        self._resolved: dict[str, Any] = {}
+
+    async def handler(self, method: str) -> Any:
+        found = self._resolved.get(method)
+        if found is not None:
+            return found
+        if self._chain is None:
+            self._chain = self._interceptors()
+        details = _CallDetails(method)
+
+        async def innermost(details: grpc.HandlerCallDetails) -> Any:
+            for generic in self._generic:
+                handler = generic.service(details)
+                if handler is not None:
+                    return handler
+            return None
+
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]] = innermost
+        for interceptor in reversed(self._chain):
+            continuation = _bound(interceptor, continuation)
+        handler = await continuation(details)
+        if handler is not None:
+            # Interceptors wrap a method the same way whatever its metadata
+            # (they read it per call, from the context).
+            self._resolved[method] = handler
+        return handler
+
+
+def _bound(interceptor: grpc.aio.ServerInterceptor, inner: Callable[[grpc.HandlerCallDetails], Awaitable[Any]]
+           ) -> Callable[[grpc.HandlerCallDetails], Awaitable[Any]]:
+    async def call(details: grpc.HandlerCallDetails) -> Any:
+        return await interceptor.intercept_service(inner, details)
+    return call
+
+
+class RelayAbort(Exception):
+    """A relayed handler's context.abort()."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class RelayContext:
+    """What a handler reads of its call, for a relayed one: the client's
+    metadata, the deadline the follower passed on, the relay's peer."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...], timeout_s: float, peer: str,
+                 auth_context: dict[str, list[bytes]]) -> None:
+        self._metadata = metadata
+        self._deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
+        self._peer = peer
+        self._auth_context = auth_context
+        self.code: grpc.StatusCode | None = None
+        self.details = ""
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def time_remaining(self) -> float | None:
+        return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
+
+    def peer(self) -> str:
+        return self._peer
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return self._auth_context
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> None:
+        raise RelayAbort(code, details)
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
+    def set_trailing_metadata(self, trailing_metadata: Any) -> None:
+        pass
+
+    def cancelled(self) -> bool:
+        return False
+
+    def done(self) -> bool:
+        return False
+
+
+class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
+    def __init__(self, handlers: RelayedHandlers) -> None:
+        self.handlers = handlers
+
+    async def Calls(self, requests: Any, context: grpc.aio.ServicerContext) -> None:
+        answers = _Answers(context)
+        tasks: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
+        peer, auth = context.peer(), context.auth_context()
+        try:
+            while True:
+                try:
+                    request = await context.read()
+                except grpc.aio.BaseError:
+                    return
+                if request is grpc.aio.EOF:
+                    break
+                for call in request.calls:
+                    task = loop.create_task(self._run(call, peer, auth, answers))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            await answers.drained()
+        finally:
+            for task in tasks:
+                task.cancel()
+            answers.close()
+
+    async def _run(self, call: rpb.RelayedCall, peer: str, auth: dict[str, list[bytes]], answers: "_Answers") -> None:
+        answers.add(await self._answer(call, peer, auth))
+
+    async def _answer(self, call: rpb.RelayedCall, peer: str, auth: dict[str, list[bytes]]) -> rpb.RelayedAnswer:
+        handler = await self.handlers.handler(call.method)
+        if handler is None or handler.request_streaming or handler.response_streaming:
+            return rpb.RelayedAnswer(id=call.id, code=grpc.StatusCode.UNIMPLEMENTED.value[0],
+                                     details=f"{call.method} cannot be relayed")
+        context = RelayContext(tuple((h.key, h.value) for h in call.metadata), call.timeout_s, peer, auth)
+        try:
+            request = handler.request_deserializer(call.request) if handler.request_deserializer else call.request
+            response = await handler.unary_unary(request, context)
+            if context.code not in (None, grpc.StatusCode.OK):
+                return _failed(call.id, context.code, context.details)
+            data = handler.response_serializer(response) if handler.response_serializer else response
+            return rpb.RelayedAnswer(id=call.id, response=data)
+        except RelayAbort as abort:
+            return _failed(call.id, abort.code, abort.details)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - as gRPC answers a handler that raised
+            log.exception("relayed %s failed", call.method)
+            return _failed(call.id, grpc.StatusCode.UNKNOWN, f"Unexpected {type(error).__name__}: {error}")
+
+
+def _failed(call_id: int, code: grpc.StatusCode, details: str) -> rpb.RelayedAnswer:
+    return rpb.RelayedAnswer(id=call_id, code=code.value[0], details=details)
+
+
+class _Answers:
+    """The leader's outbox on one relay stream: answers ready while a write
+    runs go out together in the next one."""
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self._context = context
+        self._ready: list[rpb.RelayedAnswer] = []
+        self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    def add(self, answer: rpb.RelayedAnswer) -> None:
+        self._ready.append(answer)
+        self._idle.clear()
+        self._wakeup.set()
+
+    async def drained(self) -> None:
+        await self._idle.wait()
+
+    def close(self) -> None:
+        self._writer.cancel()
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                while self._ready:
+                    batch, self._ready = self._ready[:MAX_PER_MESSAGE], self._ready[MAX_PER_MESSAGE:]
+                    await self._context.write(rpb.RelayResponse(answers=batch))
+                self._idle.set()
+        except grpc.aio.BaseError:
+            self._idle.set()   # the call ended under the write: the follower failed those calls already

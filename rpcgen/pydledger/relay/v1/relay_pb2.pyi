@@ -1,0 +1,53 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Header(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: str
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+class RelayedCall(_message.Message):
+    __slots__ = ("id", "method", "metadata", "request", "timeout_s")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    method: str
+    metadata: _containers.RepeatedCompositeFieldContainer[Header]
+    request: bytes
+    timeout_s: float
+    def __init__(self, id: _Optional[int] = ..., method: _Optional[str] = ..., metadata: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., request: _Optional[bytes] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+
+class RelayedAnswer(_message.Message):
+    __slots__ = ("id", "code", "details", "response")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    code: int
+    details: str
+    response: bytes
+    def __init__(self, id: _Optional[int] = ..., code: _Optional[int] = ..., details: _Optional[str] = ..., response: _Optional[bytes] = ...) -> None: ...
+
+class RelayRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[RelayedCall]
+    def __init__(self, calls: _Optional[_Iterable[_Union[RelayedCall, _Mapping]]] = ...) -> None: ...
+
+class RelayResponse(_message.Message):
+    __slots__ = ("answers",)
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    answers: _containers.RepeatedCompositeFieldContainer[RelayedAnswer]
+    def __init__(self, answers: _Optional[_Iterable[_Union[RelayedAnswer, _Mapping]]] = ...) -> None: ...

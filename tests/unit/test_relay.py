@@ -1,0 +1,197 @@
+"""The relay of forwarded calls (broker/relay.py) against a real gRPC server on
+a loopback port: each call gets its own answer with its metadata and deadline,
+behind the server's interceptors; a busy relay batches calls once its window
+is full, an idle one sends at once; failures come back as the status a unary
+call would have ended with; a broken stream fails what waits on it and the
+next call opens a new one."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import pytest
+
+from broker.method_wrapping import MethodWrappingInterceptor
+from broker.relay import RelayCallError, RelayClient, RelayedHandlers, RelayServicer
+from cluster.process_cluster import free_ports
+from rpcgen.pydledger.relay.v1 import relay_pb2_grpc
+
+ECHO = "/test.Echo/Say"
+FAIL = "/test.Echo/Fail"
+HOLD = "/test.Echo/Hold"
+STREAM = "/test.Echo/Many"
+
+
+class Echo:
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.release.set()
+        self.held = 0
+
+    async def say(self, request: bytes, context: Any) -> bytes:
+        metadata = dict(context.invocation_metadata())
+        remaining = context.time_remaining()
+        return b"|".join([request, metadata.get("who", "").encode(), b"deadline" if remaining else b"none"])
+
+    async def fail(self, request: bytes, context: Any) -> bytes:
+        if request == b"abort":
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "told to abort")
+        raise ValueError("a bug")
+
+    async def hold(self, request: bytes, context: Any) -> bytes:
+        self.held += 1
+        await self.release.wait()
+        return request
+
+    async def many(self, request: bytes, context: Any) -> Any:
+        yield request
+
+    def register(self, server: Any) -> None:
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("test.Echo", {
+            "Say": grpc.unary_unary_rpc_method_handler(self.say),
+            "Fail": grpc.unary_unary_rpc_method_handler(self.fail),
+            "Hold": grpc.unary_unary_rpc_method_handler(self.hold),
+            "Many": grpc.unary_stream_rpc_method_handler(self.many)})])
+
+
+class NeedsTicket(MethodWrappingInterceptor):
+    """Refuses calls without a `ticket` header, as the auth interceptor refuses unsigned ones."""
+
+    def wraps(self, method: str) -> bool:
+        return method.startswith("/test.Echo/")
+
+    def wrap(self, method: str, handler: Any) -> Any:
+        if handler.response_streaming:
+            return handler
+
+        async def checked(request: bytes, context: Any) -> bytes:
+            if "ticket" not in dict(context.invocation_metadata()):
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "no ticket")
+            return await handler.unary_unary(request, context)
+        return grpc.unary_unary_rpc_method_handler(checked)
+
+
+async def start(echo: Echo, port: int) -> grpc.aio.Server:
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    relay_pb2_grpc.add_RelayServiceServicer_to_server(
+        RelayServicer(RelayedHandlers([echo.register], lambda: [NeedsTicket()])), server)
+    assert server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    return server
+
+
+TICKET = [("ticket", "1")]
+
+
+@pytest.fixture
+async def relay() -> Any:
+    echo = Echo()
+    port = free_ports(1)[0]
+    server = await start(echo, port)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    client = RelayClient(channel, window=2, max_hold_s=5.0)
+    yield client, echo, server, port, channel
+    await client.close()
+    await channel.close()
+    await server.stop(0)
+
+
+async def test_each_call_gets_its_own_answer_with_its_metadata_and_deadline(relay: Any) -> None:
+    client, *_ = relay
+    answers = await asyncio.gather(*(client.call(ECHO, f"m{i}".encode(), [*TICKET, ("who", f"c{i}")],
+                                                 2.0 if i % 2 else None) for i in range(40)))
+    assert answers == [f"m{i}|c{i}|{'deadline' if i % 2 else 'none'}".encode() for i in range(40)]
+    # Made in one loop turn, they shared one stream message.
+    assert (client.messages, client.calls) == (1, 40)
+
+
+async def test_the_servers_interceptors_check_every_relayed_call(relay: Any) -> None:
+    client, *_ = relay
+    with pytest.raises(RelayCallError) as refused:
+        await client.call(ECHO, b"x", [("who", "nobody")], 2.0)
+    assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED and refused.value.details == "no ticket"
+
+
+async def test_failures_come_back_as_a_unary_call_would_end(relay: Any) -> None:
+    client, *_ = relay
+    with pytest.raises(RelayCallError) as aborted:
+        await client.call(FAIL, b"abort", TICKET, 2.0)
+    assert (aborted.value.code, aborted.value.details) == (grpc.StatusCode.FAILED_PRECONDITION, "told to abort")
+    with pytest.raises(RelayCallError) as bug:
+        await client.call(FAIL, b"raise", TICKET, 2.0)
+    assert bug.value.code == grpc.StatusCode.UNKNOWN and "a bug" in bug.value.details
+    for method in ("/test.Echo/Nothing", STREAM):
+        with pytest.raises(RelayCallError) as refused:
+            await client.call(method, b"", TICKET, 2.0)
+        assert refused.value.code == grpc.StatusCode.UNIMPLEMENTED, method
+    assert await client.call(ECHO, b"still", TICKET, 2.0) == b"still||deadline"
+
+
+async def test_a_busy_relay_batches_once_its_window_is_full_and_an_idle_one_sends_at_once(relay: Any) -> None:
+    client, echo, *_ = relay
+    echo.release.clear()
+    first = [asyncio.ensure_future(client.call(HOLD, b"a", TICKET, 10.0))]
+    await asyncio.sleep(0.05)
+    first.append(asyncio.ensure_future(client.call(HOLD, b"b", TICKET, 10.0)))
+    await asyncio.sleep(0.05)
+    assert client.messages == 2 and echo.held == 2    # the window (2) is full now
+    rest = []
+    for i in range(8):                                 # each in a turn of its own
+        rest.append(asyncio.ensure_future(client.call(HOLD, str(i).encode(), TICKET, 10.0)))
+        await asyncio.sleep(0.01)
+    assert client.messages == 2 and echo.held == 2    # held back
+    echo.release.set()
+    assert await asyncio.gather(*first, *rest) == [b"a", b"b", *(str(i).encode() for i in range(8))]
+    assert (client.messages, client.calls) == (3, 10)  # the eight went together
+    assert await client.call(ECHO, b"idle", TICKET, 2.0) == b"idle||deadline"
+    assert client.messages == 4
+
+
+async def test_a_held_call_goes_out_after_max_hold_even_with_the_window_full(relay: Any) -> None:
+    client, echo, *_ = relay
+    client.max_hold_s = 0.1
+    echo.release.clear()
+    held = [asyncio.ensure_future(client.call(HOLD, b"a", TICKET, 10.0))]
+    await asyncio.sleep(0.02)
+    held.append(asyncio.ensure_future(client.call(HOLD, b"b", TICKET, 10.0)))
+    await asyncio.sleep(0.02)
+    assert await asyncio.wait_for(client.call(ECHO, b"late", TICKET, 2.0), 1.0) == b"late||deadline"
+    echo.release.set()
+    assert await asyncio.gather(*held) == [b"a", b"b"]
+
+
+async def test_a_caller_that_stops_waiting_is_forgotten_and_its_late_answer_dropped(relay: Any) -> None:
+    client, echo, *_ = relay
+    echo.release.clear()
+    with pytest.raises(RelayCallError) as late:
+        await client.call(HOLD, b"slow", TICKET, 0.1)
+    assert late.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    echo.release.set()
+    await asyncio.sleep(0.05)
+    assert await client.call(ECHO, b"next", TICKET, 2.0) == b"next||deadline"
+
+
+async def test_a_broken_stream_fails_the_calls_on_it_and_the_next_call_opens_another(relay: Any) -> None:
+    client, echo, server, port, _ = relay
+    echo.release.clear()
+    waiting = asyncio.ensure_future(client.call(HOLD, b"lost", TICKET, 10.0))
+    await asyncio.sleep(0.05)
+    await server.stop(0)
+    with pytest.raises(RelayCallError) as broken:
+        await asyncio.wait_for(waiting, 5)
+    assert broken.value.code == grpc.StatusCode.UNAVAILABLE
+    echo.release.set()
+    again = await start(echo, port)
+    try:
+        for _ in range(50):   # the channel reconnects with a back-off
+            try:
+                assert await client.call(ECHO, b"back", TICKET, 2.0) == b"back||deadline"
+                break
+            except RelayCallError as error:
+                assert error.code == grpc.StatusCode.UNAVAILABLE
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the relay never came back")
+    finally:
+        await again.stop(0)
