@@ -1,6 +1,7 @@
 """Us against NATS JetStream, in one run on one machine (issue 18's proof).
 
     python -m bench.peers [--duration 3] [--size 1024] [--consume-messages 20000]
+                          [--official-consume-messages 5000]
                           [--skip-official] [--skip-nats] [--workloads W,...]
 
 Starts a three-node NATS JetStream cluster (one R3 file stream, fsync on every
@@ -24,6 +25,10 @@ The workloads, 1 KiB messages, each for --duration seconds:
                  them / a durable pull consumer, fetch 64, an ack per message;
                  a prefilled topic/stream of --consume-messages, stopped at the
                  last ack (or after 3 x --duration)
+  official_receive  the official client's SimpleConsumer, 4 threads receiving
+                 32 at a time, every message acked (a call each) from a pool of
+                 16 threads, --official-consume-messages prefilled (reported
+                 beside ours, no NATS counterpart)
 NATS's publish with 128 in flight is the peer of log_128, log_128x64,
 send_128 and send_16x64. --workloads runs only the named ones of ours (and
 the NATS workloads they are compared with), for quick A/B runs of one path.
@@ -45,9 +50,9 @@ from typing import Any
 
 from bench import nats_peer
 from bench.proc_cpu import cpu_seconds_of
-from bench.send import official_send
+from bench.send import official_consume, official_send
 from cluster.bench import bench_append
-from cluster.broker_bench import bench_consume, bench_send
+from cluster.broker_bench import bench_consume, bench_send, ensure_topic, prefill
 from cluster.process_cluster import DEFAULT_NODE_FILES, ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 
@@ -63,7 +68,8 @@ GOALS = [
 ]
 
 
-WORKLOADS = ("log_1", "log_128", "log_128x64", "send_128", "send_16x64", "official_128", "receive_ack")
+WORKLOADS = ("log_1", "log_128", "log_128x64", "send_128", "send_16x64", "official_128", "receive_ack",
+             "official_receive")
 # Which of our workloads each NATS workload is compared with.
 PEER_OF = {"log_1": ("log_1",), "publish_128": ("log_128", "log_128x64", "send_128", "send_16x64")}
 
@@ -147,14 +153,23 @@ async def run_ours(args: argparse.Namespace) -> dict[str, Any]:
                 official = official_send(servers, "BenchPeers", args.size, 128, args.duration)
                 official["cpu_us_per_message"] = watch.per_message(official["messages"], official.pop("client_cpu_s"))
                 figures["official_128"] = official
-            if not _wanted(args, "receive_ack"):
-                return figures
-            consumed = await bench_consume(servers, "BenchPeersConsume", None, args.size, args.consume_messages,
-                                           16, 32, 3 * args.duration, on_start=watch.start)
-            line = consumed.to_json()
-            line["messages_per_s"] = line["acked_per_s"]
-            line["cpu_us_per_message"] = watch.per_message(consumed.messages)
-            figures["receive_ack"] = line
+            if _wanted(args, "receive_ack"):
+                consumed = await bench_consume(servers, "BenchPeersConsume", None, args.size,
+                                               args.consume_messages, 16, 32, 3 * args.duration,
+                                               on_start=watch.start)
+                line = consumed.to_json()
+                line["messages_per_s"] = line["acked_per_s"]
+                line["cpu_us_per_message"] = watch.per_message(consumed.messages)
+                figures["receive_ack"] = line
+            if (not args.skip_official and _wanted(args, "official_receive")
+                    and importlib.util.find_spec("rocketmq") is not None):
+                await ensure_topic(servers, "BenchPeersOfficial")
+                await prefill(servers, "BenchPeersOfficial", args.size, args.official_consume_messages)
+                watch.start()
+                official = official_consume(servers, "BenchPeersOfficial", args.official_consume_messages, 4, 32,
+                                            max(30.0, 3 * args.duration))
+                official["cpu_us_per_message"] = watch.per_message(official["messages"], official.pop("client_cpu_s"))
+                figures["official_receive"] = official
         finally:
             cluster.stop_all()
     return figures
@@ -197,6 +212,8 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per workload (default 3)")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--consume-messages", type=int, default=20_000)
+    parser.add_argument("--official-consume-messages", type=int, default=5_000,
+                        help="messages the official SimpleConsumer receives and acks (official_receive)")
     parser.add_argument("--skip-official", action="store_true", help="leave out the official RocketMQ client")
     parser.add_argument("--skip-nats", action="store_true", help="our figures only")
     parser.add_argument("--workloads", type=lambda text: text.split(","), default=None,

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,80 @@ OFFICIAL = textwrap.dedent("""
     finally:
         producer.shutdown()
 """)
+
+
+OFFICIAL_CONSUME = textwrap.dedent("""
+    import json, sys, threading, time, concurrent.futures as cf
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+    servers, topic, group = sys.argv[1], sys.argv[2], sys.argv[3]
+    target, receivers, batch, duration = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
+    consumer = SimpleConsumer(ClientConfiguration(servers.replace(",", ";"), Credentials()), group,
+                              {topic: FilterExpression()}, await_duration=5)
+    consumer.startup()
+    lock = threading.Lock()
+    counts = {"received": 0, "acked": 0, "errors": 0}
+    done = threading.Event()
+    acks = cf.ThreadPoolExecutor(4 * receivers)
+
+    def ack(message):
+        try:
+            consumer.ack(message)
+            key = "acked"
+        except Exception:
+            key = "errors"
+        with lock:
+            counts[key] += 1
+            if counts["acked"] >= target:
+                done.set()
+
+    def receive(stop_at):
+        while not done.is_set() and time.perf_counter() < stop_at:
+            try:
+                messages = consumer.receive(batch, 60)
+            except Exception:
+                with lock:
+                    counts["errors"] += 1
+                time.sleep(0.05)
+                continue
+            with lock:
+                counts["received"] += len(messages)
+            for message in messages:
+                acks.submit(ack, message)
+
+    try:
+        start = time.perf_counter(); cpu = time.process_time()
+        threads = [threading.Thread(target=receive, args=(start + duration,), daemon=True) for _ in range(receivers)]
+        for thread in threads:
+            thread.start()
+        done.wait(duration)
+        elapsed = time.perf_counter() - start
+        used = time.process_time() - cpu
+        print(json.dumps({**counts, "duration_s": elapsed, "cpu_s": used}), flush=True)
+    finally:
+        done.set()
+        acks.shutdown(wait=False, cancel_futures=True)
+        consumer.shutdown()
+""")
+
+
+def official_consume(servers: str, topic: str, messages: int, receivers: int, batch: int,
+                     duration: float) -> dict[str, Any]:
+    """The official client's SimpleConsumer: `receivers` threads receiving
+    `batch` at a time, each message acked by a pool of threads (its
+    ack_async returns no future), until `messages` are acked; the topic must
+    hold them already. The clock runs from the first receive to the last ack."""
+    group = f"BenchOfficialConsume-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run([sys.executable, "-c", OFFICIAL_CONSUME, servers, topic, group, str(messages),
+                           str(receivers), str(batch), str(duration)],
+                          capture_output=True, text=True, timeout=duration + 120, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"official consumer failed: {done.stderr[-2000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    elapsed = result["duration_s"] or 1.0
+    return {"client": "official", "mode": "official_consume", "receivers": receivers, "batch": batch,
+            "messages": result["acked"], "received": result["received"], "errors": result["errors"],
+            "duration_s": round(elapsed, 3), "messages_per_s": round(result["acked"] / elapsed, 1),
+            "client_cpu_s": result["cpu_s"]}
 
 
 def official_send(servers: str, topic: str, size: int, inflight: int, duration: float) -> dict[str, Any]:

@@ -226,6 +226,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                 client_id = client_id_of(context)
                 if self.forwarder.is_leader():
                     stream = handler(request, client_id, context)
+                elif method == "ReceiveMessage" and not request.batched_response:
+                    stream = _unbatched(self.forwarder.server_stream(
+                        method, _batched(request), context, give_up=hand_over.give_up if hand_over.enabled else None))
                 else:
                     stream = self.forwarder.server_stream(
                         method, request, context, give_up=hand_over.give_up if hand_over.enabled else None)
@@ -377,3 +380,31 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             raise
         except Exception as error:  # noqa: BLE001 - the stream ends with a status the client reads
             yield spb.TelemetryCommand(status=status_of(error))
+
+
+def _batched(request: spb.ReceiveMessageRequest) -> spb.ReceiveMessageRequest:
+    """A forwarded receive asks the leader for its batch in one response (a
+    stream write on the leader instead of one per message: see _receive);
+    `_unbatched` hands it on as the client asked."""
+    forwarded = spb.ReceiveMessageRequest()
+    forwarded.CopyFrom(request)
+    forwarded.batched_response = True
+    return forwarded
+
+
+async def _unbatched(responses: AsyncIterator[spb.ReceiveMessageResponse]
+                     ) -> AsyncIterator[spb.ReceiveMessageResponse]:
+    """A batched receive's answer in the protocol's own order: the status,
+    the delivery timestamp, then one response per message."""
+    held: list[pb.Message] = []
+    async for response in responses:
+        if response.messages:
+            held = list(response.messages)
+            del response.messages[:]
+        yield response
+        if held and response.HasField("delivery_timestamp"):
+            for message in held:
+                yield spb.ReceiveMessageResponse(message=message)
+            held = []
+    for message in held:
+        yield spb.ReceiveMessageResponse(message=message)

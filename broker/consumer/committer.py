@@ -45,6 +45,7 @@ class PopCommitter:
         self.max_ops_per_entry = max_ops_per_entry
         self._pending: list[_Batch] = []
         self._in_flight = 0
+        self._starting = 0          # appends started whose task has not taken its batch yet
         self._tasks: set[asyncio.Task[None]] = set()
         self.entries = 0        # counters for the benchmark and metrics
         self.ops = 0
@@ -89,14 +90,19 @@ class PopCommitter:
         return waiter
 
     def _start_appends(self) -> None:
-        while self._pending and self._in_flight < self.max_in_flight:
-            batch = self._pending.pop(0)
+        # A started append takes its batch when its task first runs, a loop
+        # turn later: the ops submitted in this turn (the acks of one relay
+        # message, say) join that batch instead of starting entries of their own.
+        while len(self._pending) > self._starting and self._in_flight < self.max_in_flight:
             self._in_flight += 1
-            task = asyncio.ensure_future(self._append(batch))
+            self._starting += 1
+            task = asyncio.ensure_future(self._append())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _append(self, batch: _Batch) -> None:
+    async def _append(self) -> None:
+        self._starting -= 1
+        batch = self._pending.pop(0)
         try:
             index = await self.store.append_system_entry(POP_OPS_KIND, {"ops": batch.ops})
         except Exception as error:  # noqa: BLE001 - every caller of the batch shares the failure
