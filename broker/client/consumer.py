@@ -79,9 +79,11 @@ class SimpleConsumer(BaseClient):
         # consumer group once (its Heartbeat creates it there).
         self.groups = GroupConnections(self.config, self.connection.client_id)
         self._greeted: set[str] = set()
-        # Several groups: the long poll under way per (topic, group), and what
-        # finished polls brought that no receive has handed out yet.
-        self._polls: dict[tuple[str, str], asyncio.Task[list[ReceivedMessage]]] = {}
+        # Several groups: the long polls under way per (topic, group), the
+        # receives waiting for them, and what finished polls brought that no
+        # receive has handed out yet.
+        self._polls: dict[tuple[str, str], set[asyncio.Task[list[ReceivedMessage]]]] = {}
+        self._receiving = 0
         self._arrived: deque[ReceivedMessage] = deque()
 
     def settings(self) -> pb.Settings:
@@ -107,9 +109,10 @@ class SimpleConsumer(BaseClient):
 
     async def close(self) -> None:
         # Messages a cancelled poll had leased come back after their lease.
-        for task in self._polls.values():
+        polls = [task for tasks in self._polls.values() for task in tasks]
+        for task in polls:
             task.cancel()
-        await asyncio.gather(*self._polls.values(), return_exceptions=True)
+        await asyncio.gather(*polls, return_exceptions=True)
         self._polls.clear()
         await self.acks.close()
         await super().close()
@@ -173,46 +176,52 @@ class SimpleConsumer(BaseClient):
 
     async def _receive_from_groups(self, topic: str, queues: list[pb.MessageQueue], max_messages: int,
                                    invisible_duration: float | timedelta, polling: float) -> list[ReceivedMessage]:
-        """Several groups: a long poll on one queue of every group at once, so
+        """Several groups: long polls on a queue of every group at once, so
         that a group with nothing to deliver does not hold up one that has
-        (a single poll waits at least the broker's minimum of 5 s). The first
-        poll to answer ends the receive; the others go on, and what they
-        bring is handed out by the next receives, before any new poll."""
-        self._collect_polls()
-        if not self._arrived:
-            by_group: dict[str, list[pb.MessageQueue]] = {}
-            for queue in queues:
-                by_group.setdefault(queue.broker.name, []).append(queue)
-            for name, group_queues in by_group.items():
-                if (topic, name) not in self._polls:
-                    queue = group_queues[next(self._queue_turn) % len(group_queues)]
-                    request = self._receive_request(topic, queue, max_messages, invisible_duration, polling)
-                    self._polls[(topic, name)] = asyncio.create_task(self._poll_group(topic, queue, request, polling))
-            loop = asyncio.get_running_loop()
-            give_up = loop.time() + polling
-            while not self._arrived and self._polls and loop.time() < give_up:
-                done, _ = await asyncio.wait(list(self._polls.values()), timeout=give_up - loop.time(),
+        (a single poll waits at least the broker's minimum of 5 s). Every
+        receive waiting keeps a poll going at every group, so concurrent
+        receives keep as many polls in flight at each group as at a single
+        one. The first poll to answer ends a receive; the others go on, and
+        what they bring is handed out by the next receives, before any new poll."""
+        by_group: dict[str, list[pb.MessageQueue]] = {}
+        for queue in queues:
+            by_group.setdefault(queue.broker.name, []).append(queue)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + polling
+        self._receiving += 1
+        try:
+            self._collect_polls()
+            while not self._arrived and loop.time() < give_up:
+                for name, group_queues in by_group.items():
+                    polls = self._polls.setdefault((topic, name), set())
+                    if len(polls) < self._receiving:
+                        queue = group_queues[next(self._queue_turn) % len(group_queues)]
+                        request = self._receive_request(topic, queue, max_messages, invisible_duration, polling)
+                        polls.add(asyncio.create_task(self._poll_group(topic, queue, request, polling)))
+                running = [task for (polled, _), polls in self._polls.items() if polled == topic for task in polls]
+                done, _ = await asyncio.wait(running, timeout=give_up - loop.time(),
                                              return_when=asyncio.FIRST_COMPLETED)
+                self._collect_polls()
                 if not done:
                     break
-                self._collect_polls()
+        finally:
+            self._receiving -= 1
         return [self._arrived.popleft() for _ in range(min(max_messages, len(self._arrived)))]
 
     def _collect_polls(self) -> None:
         """Move what finished polls brought into the hand-out queue; a poll's
         error that is not retriable is raised (after the others are kept)."""
         failure: BaseException | None = None
-        for key, task in list(self._polls.items()):
-            if not task.done():
-                continue
-            del self._polls[key]
-            if task.cancelled():
-                continue
-            error = task.exception()
-            if error is None:
-                self._arrived.extend(task.result())
-            elif failure is None:
-                failure = error
+        for polls in self._polls.values():
+            for task in [task for task in polls if task.done()]:
+                polls.discard(task)
+                if task.cancelled():
+                    continue
+                error = task.exception()
+                if error is None:
+                    self._arrived.extend(task.result())
+                elif failure is None:
+                    failure = error
         if failure is not None:
             raise failure
 
