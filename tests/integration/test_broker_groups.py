@@ -222,6 +222,38 @@ async def test_a_group_with_nothing_to_deliver_does_not_hold_up_a_receive(groups
     assert max(waits) < 4.0, waits
 
 
+async def test_concurrent_receives_keep_a_poll_each_at_every_group(groups):
+    """Eight receives waiting at once on an empty topic: each keeps its own
+    long poll at each group (16 in flight), as eight receives on one group
+    keep eight; then eight messages, spread over both groups, are all handed out."""
+    topic = "ManyPolls"
+    await groups.create_topic(topic, 2)
+    await wait_route(groups, groups.addresses("g0")[0], topic, {"g0": [0, 1], "g1": [0, 1]})
+    async with SimpleConsumer(groups.addresses("g0")[:1], "ManyPollsGroup", {topic: "*"},
+                              await_duration_s=20) as consumer:
+        await consumer.receive(1, invisible_duration=30, await_duration_s=5)   # routes, groups greeted
+        receives = [asyncio.ensure_future(consumer.receive(4, invisible_duration=30)) for _ in range(8)]
+        await asyncio.sleep(0.5)
+        in_flight = {group: len(polls) for (polled, group), polls in consumer._polls.items() if polled == topic}
+        assert in_flight == {"g0": 8, "g1": 8}, in_flight
+        async with Producer(groups.addresses("g0")[:1]) as producer:
+            receipts = [await producer.send(Message(topic, b"poll %d" % i)) for i in range(8)]
+        assert {r.broker_name for r in receipts} == {"g0", "g1"}
+        got: list = []
+        deadline = time.monotonic() + 20
+        while len(got) < 8 and time.monotonic() < deadline:
+            done, _ = await asyncio.wait(receives, timeout=1)
+            for task in done:
+                got.extend(task.result())
+                receives.remove(task)
+                receives.append(asyncio.ensure_future(consumer.receive(4, invisible_duration=30)))
+        for task in receives:
+            task.cancel()
+        await asyncio.gather(*receives, return_exceptions=True)
+        assert sorted(m.body for m in got) == sorted(b"poll %d" % i for i in range(8))
+        await consumer.ack(*got)
+
+
 async def test_our_client_looks_routes_up_at_a_name_server_and_skips_one_that_is_down(groups):
     down = f"127.0.0.1:{free_ports(1)[0]}"
     async with Producer(groups.addresses("g1")[:1], namesrv_addrs=(down, groups.namesrv.address)) as producer:
