@@ -42,9 +42,22 @@ log = logging.getLogger(__name__)
 
 RELAY_SERVICE = rpb.DESCRIPTOR.services_by_name["RelayService"].full_name
 RELAY_METHOD = f"/{RELAY_SERVICE}/Calls"
-# Calls and answers per stream message: bounds a message at a few MiB for
-# 1 KiB messages, far below the channels' limits.
+# Calls (answers) per stream message, and their bytes: a message of many
+# large calls stays far below the channels' limits (130 MiB on a follower's
+# channel to the leader), whatever each call alone may carry; a call larger
+# than MAX_MESSAGE_BYTES goes alone.
 MAX_PER_MESSAGE = 512
+MAX_MESSAGE_BYTES = 16 << 20
+
+
+def _take(queue: list[Any], size: Callable[[Any], int]) -> tuple[list[Any], list[Any]]:
+    """The next stream message's share of `queue` (at least one item), and the rest."""
+    total = 0
+    for n, item in enumerate(queue[:MAX_PER_MESSAGE]):
+        total += size(item)
+        if n and total > MAX_MESSAGE_BYTES:
+            return queue[:n], queue[n:]
+    return queue[:MAX_PER_MESSAGE], queue[MAX_PER_MESSAGE:]
 
 
 class RelayCallError(Exception):
@@ -158,7 +171,7 @@ class RelayClient:
             self._broken(call, f"the relay stream broke on a write: {error}")
 
     async def _write(self, call: Any) -> None:
-        batch, self._queue = self._queue[:MAX_PER_MESSAGE], self._queue[MAX_PER_MESSAGE:]
+        batch, self._queue = _take(self._queue, lambda relayed: len(relayed.request))
         self._queued_at = asyncio.get_running_loop().time()
         number = self.messages
         self.messages += 1
@@ -432,7 +445,7 @@ class _Answers:
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 while self._ready:
-                    batch, self._ready = self._ready[:MAX_PER_MESSAGE], self._ready[MAX_PER_MESSAGE:]
+                    batch, self._ready = _take(self._ready, lambda answer: len(answer.response))
                     await self._context.write(rpb.RelayResponse(answers=batch))
                 self._idle.set()
         except grpc.aio.BaseError:

@@ -195,3 +195,14 @@ async def test_a_broken_stream_fails_the_calls_on_it_and_the_next_call_opens_ano
             raise AssertionError("the relay never came back")
     finally:
         await again.stop(0)
+
+
+async def test_large_calls_are_split_over_stream_messages_and_one_larger_than_the_cap_goes_alone(
+        relay: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    client, *_ = relay
+    monkeypatch.setattr("broker.relay.MAX_MESSAGE_BYTES", 1000)
+    bodies = [bytes([65 + i]) * 400 for i in range(5)] + [b"z" * 3000]
+    answers = await asyncio.gather(*(client.call(ECHO, body, TICKET, 5.0) for body in bodies))
+    assert answers == [body + b"||deadline" for body in bodies]
+    # 400+400 | 400+400 | 400 (+3000 would pass the cap) | 3000 alone
+    assert (client.messages, client.calls) == (4, 6)
