@@ -158,6 +158,11 @@ class LeaderForwarder:
     def is_leader(self) -> bool:
         return self.server.member_state.is_leader
 
+    def counts(self) -> tuple[int, int, int]:
+        """Calls relayed, relay messages written, calls abandoned (metrics)."""
+        relays = list(self._relays.values())
+        return sum(r.calls for r in relays), sum(r.messages for r in relays), self.watch.abandoned
+
     @staticmethod
     def was_forwarded(context: grpc.aio.ServicerContext) -> bool:
         return any(key == FORWARDED_HEADER for key, _ in context.invocation_metadata() or ())

@@ -17,7 +17,7 @@ import threading
 from typing import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from cluster.console.backend import Target
@@ -144,6 +144,28 @@ def _in_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
+class ForwardingCollector(Collector):
+    """A follower's forwarding to the leader, read at scrape time (plain
+    counters the forwarder keeps): calls relayed and the relay messages that
+    carried them (their ratio is the relay's batching), and forwarded calls
+    abandoned because the leader moved."""
+
+    def __init__(self, counts: Callable[[], tuple[int, int, int]], group: str, self_id: str) -> None:
+        self._counts = counts
+        self._labels = [group, self_id]
+
+    def collect(self) -> Iterable[Metric]:
+        calls, messages, abandoned = self._counts()
+        for name, help_text, value in (
+                ("dledger_relay_calls", "Forwarded unary calls sent on the relay stream to the leader", calls),
+                ("dledger_relay_messages", "Relay stream messages that carried them", messages),
+                ("dledger_forwarded_calls_abandoned", "Forwarded calls given up because the leader moved",
+                 abandoned)):
+            family = CounterMetricFamily(name, help_text, labels=["group", "self_id"])
+            family.add_metric(self._labels, value)
+            yield family
+
+
 class NodeMetrics:
     """One node's registry, observer and (optionally) HTTP endpoint.
 
@@ -174,6 +196,9 @@ class NodeMetrics:
     def bind(self, status: Callable[[], NodeStatus],
              loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.registry.register(StatusCollector(status, self.group, self.self_id, loop))
+
+    def bind_forwarding(self, counts: Callable[[], tuple[int, int, int]]) -> None:
+        self.registry.register(ForwardingCollector(counts, self.group, self.self_id))
 
     def on_auth_denied(self, reason: str, rpc: str) -> None:
         self.auth_denied.labels(self.group, self.self_id, reason, rpc).inc()

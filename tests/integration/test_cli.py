@@ -22,6 +22,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as rmq
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,6 +195,19 @@ def test_cli_drives_a_local_three_node_cluster(cluster: LocalCluster, tmp_path: 
         text = page.read().decode()
     assert f'dledger_role{{group="default",role="LEADER",self_id="{leader["id"]}"}} 1.0' in text
     assert "dledger_append_latency_seconds_bucket" in text
+    # A follower relays the calls it forwards to the leader on one stream, and says so.
+    with grpc.insecure_channel(next(r["address"] for r in rows if r["id"] == follower)) as channel:
+        sent = service_pb2_grpc.MessagingServiceStub(channel).SendMessage(spb.SendMessageRequest(messages=[
+            rmq.Message(topic=rmq.Resource(name="CliRelay"), body=b"relayed", system_properties=rmq.SystemProperties(
+                message_id="01" + "AB" * 16, born_host="127.0.0.1"))]), metadata=[("x-mq-client-id", "cli-test")],
+            timeout=10)
+    assert sent.status.code == rmq.OK, sent.status
+    follower_metrics = next(r["metrics_address"] for r in rows if r["id"] == follower)
+    with urllib.request.urlopen(f"http://{follower_metrics}/metrics", timeout=5) as page:
+        text = page.read().decode()
+    assert f'dledger_relay_calls_total{{group="default",self_id="{follower}"}} 1.0' in text, text[-3000:]
+    assert f'dledger_relay_messages_total{{group="default",self_id="{follower}"}} 1.0' in text
+    assert f'dledger_forwarded_calls_abandoned_total{{group="default",self_id="{follower}"}} 0.0' in text
     with grpc.insecure_channel(leader["address"]) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         for service in ("", "dledger.v1.DLedgerService"):
