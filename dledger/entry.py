@@ -144,6 +144,28 @@ def verify_entry(buf: bytes | memoryview, offset: int, previous_chain_crc: int |
     return h
 
 
+def verified_prefix(buf: bytes | memoryview, first_index: int, count: int, previous_chain_crc: int
+                    ) -> tuple[int, int]:
+    """How many of the `count` back-to-back entries in `buf` (from
+    `first_index`) pass every check of verify_entry and follow on from
+    `previous_chain_crc`, and the chain CRC after them. The scrubber's loop:
+    the same checks with no object per entry (it re-reads the whole log at
+    a steady rate); verify_entry on the first failing entry says what failed."""
+    mv = memoryview(buf)
+    unpack, crc32, pack_crc = HEADER.unpack_from, zlib.crc32, _CRC_BYTES.pack
+    end, at, chain = len(buf), 0, previous_chain_crc
+    for i in range(count):
+        if end - at < HEADER_SIZE:
+            return i, chain
+        magic, size, index, _, _, _, chain_crc, body_crc, body_size = unpack(buf, at)
+        if (magic not in VALID_MAGICS or body_size < 0 or size != HEADER_SIZE + body_size or at + size > end
+                or index != first_index + i or crc32(mv[at + HEADER_SIZE:at + size]) != body_crc
+                or crc32(pack_crc(body_crc), crc32(mv[at:at + CHAIN_PREFIX_SIZE], chain)) != chain_crc):
+            return i, chain
+        chain, at = chain_crc, at + size
+    return count, chain
+
+
 def iter_entries(buf: bytes | memoryview, previous_chain_crc: int | None) -> Iterator[tuple[int, EntryHeader]]:
     """Walk back-to-back verified entries in `buf`, yielding (offset, header)."""
     offset = 0

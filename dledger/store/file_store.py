@@ -47,6 +47,7 @@ from dledger.entry import (
     VALID_MAGICS,
     DLedgerEntry,
     entry_from_bytes,
+    verified_prefix,
     verify_entry,
 )
 from dledger import failpoints
@@ -565,7 +566,10 @@ class DLedgerFileStore:
         if start_index > self.ledger_end_index or max_count <= 0:
             return b"", b"", 0
         self._check_range(start_index)
-        count_wanted = min(max_count, self.ledger_end_index - start_index + 1)
+        # No more entries than max_bytes can hold (each has a header): a
+        # caller with no count of its own (the scrubber) must not read the
+        # index records of the whole rest of the segment.
+        count_wanted = min(max_count, self.ledger_end_index - start_index + 1, max(1, max_bytes // HEADER_SIZE + 1))
         record_offset = start_index * INDEX_RECORD_SIZE
         index_segment = self._index.find(record_offset)
         if index_segment is None:
@@ -1077,17 +1081,19 @@ class DLedgerFileStore:
         if count == 0:
             return start_index, -1
         chain = self.chain_crc_at(start_index - 1)
+        good, chain = verified_prefix(data, start_index, count, chain)
+        if good == count:
+            return start_index + count, -1
+        index = start_index + good
         at = 0
-        for index in range(start_index, start_index + count):
-            try:
-                header = verify_entry(data, at, chain)
-                if header.index != index:
-                    raise CorruptLogError(f"entry {index}: data holds entry {header.index}")
-            except CorruptLogError as error:
-                log.error("%s: %s", self.base_dir, error.message)
-                return index, index
-            chain, at = header.chain_crc, at + header.size
-        return start_index + count, -1
+        for _ in range(good):   # where the failing entry starts: past the good ones
+            at += HEADER.unpack_from(data, at)[1]
+        try:
+            header = verify_entry(data, at, chain)
+            raise CorruptLogError(f"entry {index}: data holds entry {header.index}")
+        except CorruptLogError as error:
+            log.error("%s: %s", self.base_dir, error.message)
+        return index, index
 
     def cut_damaged(self, first_bad: int) -> None:
         """Drop the damaged entry and everything after it, committed or not:
