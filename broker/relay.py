@@ -95,6 +95,9 @@ class RelayClient:
         self._call: Any = None
         self._pending: dict[int, asyncio.Future[rpb.RelayedAnswer]] = {}
         self._queue: list[rpb.RelayedCall] = []
+        self._queued_ids: set[int] = set()
+        # Calls written whose callers stopped waiting: the leader is told to cancel them.
+        self._cancels: list[int] = []
         self._queued_at = 0.0
         self._wakeup = asyncio.Event()
         self._freed = asyncio.Event()
@@ -113,22 +116,35 @@ class RelayClient:
 
     def submit(self, method: str, request: bytes, metadata: Sequence[tuple[str, str]],
                timeout: float | None) -> asyncio.Future[rpb.RelayedAnswer]:
-        """Queue one call; the future is its answer. Cancelling it forgets
-        the call here (the leader still finishes it)."""
+        """Queue one call; the future is its answer. Cancelling it (or its
+        timeout in `answer`) withdraws the call, or, once written, has the
+        leader cancel it, as a cancelled unary call is cancelled there."""
         self._open()
         call_id = self._next_id
         self._next_id += 1
         loop = asyncio.get_running_loop()
         future: asyncio.Future[rpb.RelayedAnswer] = loop.create_future()
         self._pending[call_id] = future
-        future.add_done_callback(lambda _: self._pending.pop(call_id, None))
+        future.add_done_callback(lambda done: self._settled(call_id, done))
         if not self._queue:
             self._queued_at = loop.time()
+        self._queued_ids.add(call_id)
         self._queue.append(rpb.RelayedCall(
             id=call_id, method=method, request=request, timeout_s=timeout or 0.0,
             metadata=[rpb.Header(key=k, value=v) for k, v in metadata]))
         self._wakeup.set()
         return future
+
+    def _settled(self, call_id: int, future: asyncio.Future[rpb.RelayedAnswer]) -> None:
+        self._pending.pop(call_id, None)
+        if not future.cancelled() or self._call is None:
+            return
+        if call_id in self._queued_ids:
+            self._queued_ids.discard(call_id)
+            self._queue = [queued for queued in self._queue if queued.id != call_id]
+            return
+        self._cancels.append(call_id)
+        self._wakeup.set()
 
     @staticmethod
     async def answer(future: asyncio.Future[rpb.RelayedAnswer], timeout: float | None) -> bytes:
@@ -157,9 +173,11 @@ class RelayClient:
             while True:
                 await self._wakeup.wait()
                 self._wakeup.clear()
-                while self._queue:
+                while self._queue or self._cancels:
                     held = self._queued_at + self.max_hold_s - loop.time()
-                    if len(self._unanswered) >= self.window and held > 0:
+                    if self._queue and len(self._unanswered) >= self.window and held > 0:
+                        if self._cancels:
+                            await self._write(call, with_calls=False)   # cancellations do not wait
                         self._freed.clear()
                         with contextlib.suppress(asyncio.TimeoutError):
                             await asyncio.wait_for(self._freed.wait(), held)
@@ -170,8 +188,13 @@ class RelayClient:
         except Exception as error:  # noqa: BLE001 - any failed write breaks the stream for every call on it
             self._broken(call, f"the relay stream broke on a write: {error}")
 
-    async def _write(self, call: Any) -> None:
+    async def _write(self, call: Any, with_calls: bool = True) -> None:
+        cancelled, self._cancels = self._cancels, []
+        if not with_calls:
+            await call.write(rpb.RelayRequest(cancelled=cancelled))
+            return
         batch, self._queue = _take(self._queue, lambda relayed: len(relayed.request))
+        self._queued_ids.difference_update(relayed.id for relayed in batch)
         self._queued_at = asyncio.get_running_loop().time()
         number = self.messages
         self.messages += 1
@@ -184,7 +207,7 @@ class RelayClient:
                 future.add_done_callback(lambda _, number=number: self._answered(number))
         if not self._unanswered[number]:
             del self._unanswered[number]
-        await call.write(rpb.RelayRequest(calls=batch))
+        await call.write(rpb.RelayRequest(calls=batch, cancelled=cancelled))
 
     def _answered(self, number: int) -> None:
         left = self._unanswered.get(number)
@@ -226,6 +249,8 @@ class RelayClient:
                 task.cancel()
         pending, self._pending, self._queue = self._pending, {}, []
         self._unanswered.clear()
+        self._queued_ids.clear()
+        self._cancels = []
         for future in pending.values():
             if not future.done():
                 future.set_exception(RelayCallError(grpc.StatusCode.UNAVAILABLE, why))
@@ -363,8 +388,13 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
         self.handlers = handlers
 
     async def Calls(self, requests: Any, context: grpc.aio.ServicerContext) -> None:
+        """Each call runs in a task of its own, cancelled (unanswered) when the
+        follower withdraws it or its deadline passes, as gRPC cancels a unary
+        call's handler: a send whose caller gave up must not go on to store
+        its message after the caller's retry did (its retry's dedupe does
+        not see a message not yet applied)."""
         answers = _Answers(context)
-        tasks: set[asyncio.Task[None]] = set()
+        running: dict[int, asyncio.Task[None]] = {}
         loop = asyncio.get_running_loop()
         peer, auth = context.peer(), context.auth_context()
         try:
@@ -377,18 +407,28 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
                     break
                 for call in request.calls:
                     task = loop.create_task(self._run(call, peer, auth, answers))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+                    running[call.id] = task
+                    task.add_done_callback(lambda _, call_id=call.id: running.pop(call_id, None))
+                    if call.timeout_s > 0:
+                        deadline = loop.call_later(call.timeout_s, task.cancel)
+                        task.add_done_callback(lambda _, deadline=deadline: deadline.cancel())
+                for call_id in request.cancelled:
+                    withdrawn = running.get(call_id)
+                    if withdrawn is not None:
+                        withdrawn.cancel()
+            if running:
+                await asyncio.gather(*running.values(), return_exceptions=True)
             await answers.drained()
         finally:
-            for task in tasks:
+            for task in list(running.values()):
                 task.cancel()
             answers.close()
 
     async def _run(self, call: rpb.RelayedCall, peer: str, auth: dict[str, list[bytes]], answers: "_Answers") -> None:
-        answers.add(await self._answer(call, peer, auth))
+        try:
+            answers.add(await self._answer(call, peer, auth))
+        except asyncio.CancelledError:
+            pass   # withdrawn or past its deadline: the follower waits for no answer
 
     async def _answer(self, call: rpb.RelayedCall, peer: str, auth: dict[str, list[bytes]]) -> rpb.RelayedAnswer:
         handler = await self.handlers.handler(call.method)

@@ -28,6 +28,8 @@ class Echo:
         self.release = asyncio.Event()
         self.release.set()
         self.held = 0
+        self.cancelled: list[bytes] = []
+        self.finished: list[bytes] = []
 
     async def say(self, request: bytes, context: Any) -> bytes:
         metadata = dict(context.invocation_metadata())
@@ -41,7 +43,12 @@ class Echo:
 
     async def hold(self, request: bytes, context: Any) -> bytes:
         self.held += 1
-        await self.release.wait()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(request)
+            raise
+        self.finished.append(request)
         return request
 
     async def many(self, request: bytes, context: Any) -> Any:
@@ -161,15 +168,47 @@ async def test_a_held_call_goes_out_after_max_hold_even_with_the_window_full(rel
     assert await asyncio.gather(*held) == [b"a", b"b"]
 
 
-async def test_a_caller_that_stops_waiting_is_forgotten_and_its_late_answer_dropped(relay: Any) -> None:
+async def test_a_caller_that_stops_waiting_has_its_call_cancelled_on_the_leader(relay: Any) -> None:
+    """As gRPC cancels a unary call's handler: a send whose caller gave up
+    (deadline, client gone, leader moved) must not store its message later."""
     client, echo, *_ = relay
     echo.release.clear()
     with pytest.raises(RelayCallError) as late:
-        await client.call(HOLD, b"slow", TICKET, 0.1)
+        await client.call(HOLD, b"slow", TICKET, 0.2)
     assert late.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    abandoned = client.submit(HOLD, b"abandoned", TICKET, None)   # no deadline: only the cancel stops it
+    await asyncio.sleep(0.1)
+    abandoned.cancel()
+    await asyncio.sleep(0.2)
     echo.release.set()
     await asyncio.sleep(0.05)
+    assert sorted(echo.cancelled) == [b"abandoned", b"slow"] and echo.finished == []
     assert await client.call(ECHO, b"next", TICKET, 2.0) == b"next||deadline"
+
+
+async def test_the_leader_cancels_a_call_whose_deadline_passed_even_if_no_cancel_comes(relay: Any) -> None:
+    client, echo, *_ = relay
+    echo.release.clear()
+    pending = client.submit(HOLD, b"deadline", TICKET, 0.2)   # submitted, nobody waits on it here
+    await asyncio.sleep(0.5)
+    assert echo.cancelled == [b"deadline"] and not pending.done()
+    pending.cancel()
+
+
+async def test_a_withdrawn_call_that_was_still_queued_never_reaches_the_leader(relay: Any) -> None:
+    client, echo, *_ = relay
+    echo.release.clear()
+    first = [client.submit(HOLD, b"a", TICKET, 10.0)]
+    await asyncio.sleep(0.05)
+    first.append(client.submit(HOLD, b"b", TICKET, 10.0))
+    await asyncio.sleep(0.05)
+    queued = client.submit(HOLD, b"queued", TICKET, 10.0)      # the window is full: it waits
+    await asyncio.sleep(0.05)
+    queued.cancel()
+    echo.release.set()
+    assert [(await f).response for f in first] == [b"a", b"b"]
+    await asyncio.sleep(0.1)
+    assert echo.held == 2 and client.calls == 2
 
 
 async def test_a_broken_stream_fails_the_calls_on_it_and_the_next_call_opens_another(relay: Any) -> None:

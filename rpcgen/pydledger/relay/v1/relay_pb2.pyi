@@ -41,10 +41,12 @@ class RelayedAnswer(_message.Message):
     def __init__(self, id: _Optional[int] = ..., code: _Optional[int] = ..., details: _Optional[str] = ..., response: _Optional[bytes] = ...) -> None: ...
 
 class RelayRequest(_message.Message):
-    __slots__ = ("calls",)
+    __slots__ = ("calls", "cancelled")
     CALLS_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
     calls: _containers.RepeatedCompositeFieldContainer[RelayedCall]
-    def __init__(self, calls: _Optional[_Iterable[_Union[RelayedCall, _Mapping]]] = ...) -> None: ...
+    cancelled: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, calls: _Optional[_Iterable[_Union[RelayedCall, _Mapping]]] = ..., cancelled: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RelayResponse(_message.Message):
     __slots__ = ("answers",)
