@@ -21,9 +21,12 @@ relay's peer, exactly what a forwarded unary call gave it.
 A broken stream fails the calls waiting on it as a failed unary call would
 (UNAVAILABLE: the edge answers HA_NOT_AVAILABLE or tries the next leader);
 the next call opens a new stream. A call whose caller stops waiting (its
-deadline passed, its client went away, the leader moved) is forgotten here;
-the leader still finishes it, as it finishes a unary call it was already
-running, and its late answer is dropped.
+deadline passed, its client went away, the leader moved) is withdrawn if
+still queued, else cancelled on the leader (`RelayRequest.cancelled`), and
+the leader cancels a call past its deadline by itself: as gRPC cancels a
+unary call's handler, so that a send given up on cannot store its message
+after its retry has (the retry's dedupe does not see a message not yet
+applied).
 """
 from __future__ import annotations
 
