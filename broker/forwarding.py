@@ -293,14 +293,8 @@ class LeaderForwarder:
 
 
 def _response_class(method: str) -> Any:
-    found = _RESPONSE_CLASSES.get(method)
-    if found is None:
-        found = _RESPONSE_CLASSES[method] = message_factory.GetMessageClass(
-            _MESSAGING.methods_by_name[method].output_type)
-    return found
-
-
-_RESPONSE_CLASSES: dict[str, Any] = {}
+    # protobuf keeps the class on the descriptor: no cache of our own needed.
+    return message_factory.GetMessageClass(_MESSAGING.methods_by_name[method].output_type)
 
 
 def _relay_failure(method: str, error: grpc.aio.AioRpcError | RelayCallError) -> BrokerError:

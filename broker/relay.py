@@ -98,13 +98,14 @@ class RelayClient:
         self._call: Any = None
         self._pending: dict[int, asyncio.Future[rpb.RelayedAnswer]] = {}
         self._queue: list[rpb.RelayedCall] = []
-        self._queued_ids: set[int] = set()
         # Calls written whose callers stopped waiting: the leader is told to cancel them.
         self._cancels: list[int] = []
         self._queued_at = 0.0
         self._wakeup = asyncio.Event()
         self._freed = asyncio.Event()
-        # Stream messages with calls unanswered: message number -> how many.
+        # Calls written and not settled: call id -> the stream message that
+        # carried it; and per such message, how many of its calls are left.
+        self._written: dict[int, int] = {}
         self._unanswered: dict[int, int] = {}
         self._next_id = 1
         self._tasks: list[asyncio.Task[None]] = []
@@ -131,7 +132,6 @@ class RelayClient:
         future.add_done_callback(lambda done: self._settled(call_id, done))
         if not self._queue:
             self._queued_at = loop.time()
-        self._queued_ids.add(call_id)
         self._queue.append(rpb.RelayedCall(
             id=call_id, method=method, request=request, timeout_s=timeout or 0.0,
             metadata=[rpb.Header(key=k, value=v) for k, v in metadata]))
@@ -139,11 +139,19 @@ class RelayClient:
         return future
 
     def _settled(self, call_id: int, future: asyncio.Future[rpb.RelayedAnswer]) -> None:
+        """A call answered, failed or given up on: out of the window's count;
+        if given up on, withdrawn while still queued, else cancelled on the leader."""
         self._pending.pop(call_id, None)
+        number = self._written.pop(call_id, None)
+        if number is not None:
+            left = self._unanswered.pop(number) - 1
+            if left:
+                self._unanswered[number] = left
+            else:
+                self._freed.set()
         if not future.cancelled() or self._call is None:
             return
-        if call_id in self._queued_ids:
-            self._queued_ids.discard(call_id)
+        if number is None:
             self._queue = [queued for queued in self._queue if queued.id != call_id]
             return
         self._cancels.append(call_id)
@@ -197,30 +205,15 @@ class RelayClient:
             await call.write(rpb.RelayRequest(cancelled=cancelled))
             return
         batch, self._queue = _take(self._queue, lambda relayed: len(relayed.request))
-        self._queued_ids.difference_update(relayed.id for relayed in batch)
         self._queued_at = asyncio.get_running_loop().time()
         number = self.messages
         self.messages += 1
         self.calls += len(batch)
-        self._unanswered[number] = 0
-        for relayed in batch:
-            future = self._pending.get(relayed.id)
-            if future is not None and not future.done():
-                self._unanswered[number] += 1
-                future.add_done_callback(lambda _, number=number: self._answered(number))
-        if not self._unanswered[number]:
-            del self._unanswered[number]
+        for relayed in batch:   # every queued call is pending: a settled one left the queue
+            self._written[relayed.id] = number
+        if batch:
+            self._unanswered[number] = len(batch)
         await call.write(rpb.RelayRequest(calls=batch, cancelled=cancelled))
-
-    def _answered(self, number: int) -> None:
-        left = self._unanswered.get(number)
-        if left is None:
-            return
-        if left > 1:
-            self._unanswered[number] = left - 1
-            return
-        del self._unanswered[number]
-        self._freed.set()
 
     async def _read_loop(self, call: Any) -> None:
         why = "the leader ended the relay stream"
@@ -251,8 +244,8 @@ class RelayClient:
             if task is not asyncio.current_task():
                 task.cancel()
         pending, self._pending, self._queue = self._pending, {}, []
+        self._written.clear()
         self._unanswered.clear()
-        self._queued_ids.clear()
         self._cancels = []
         for future in pending.values():
             if not future.done():
@@ -344,16 +337,14 @@ class RelayAbort(Exception):
 
 class RelayContext:
     """What a handler reads of its call, for a relayed one: the client's
-    metadata, the deadline the follower passed on, the relay's peer."""
+    metadata, the deadline the follower passed on, the relay's peer; and
+    abort(). That is all the messaging servicer and the namespace and auth
+    interceptors use of a call's context."""
 
-    def __init__(self, metadata: tuple[tuple[str, str], ...], timeout_s: float, peer: str,
-                 auth_context: dict[str, list[bytes]]) -> None:
+    def __init__(self, metadata: tuple[tuple[str, str], ...], timeout_s: float, peer: str) -> None:
         self._metadata = metadata
         self._deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
         self._peer = peer
-        self._auth_context = auth_context
-        self.code: grpc.StatusCode | None = None
-        self.details = ""
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self._metadata
@@ -364,26 +355,8 @@ class RelayContext:
     def peer(self) -> str:
         return self._peer
 
-    def auth_context(self) -> dict[str, list[bytes]]:
-        return self._auth_context
-
     async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> None:
         raise RelayAbort(code, details)
-
-    def set_code(self, code: grpc.StatusCode) -> None:
-        self.code = code
-
-    def set_details(self, details: str) -> None:
-        self.details = details
-
-    def set_trailing_metadata(self, trailing_metadata: Any) -> None:
-        pass
-
-    def cancelled(self) -> bool:
-        return False
-
-    def done(self) -> bool:
-        return False
 
 
 class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
@@ -399,7 +372,7 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
         answers = _Answers(context)
         running: dict[int, asyncio.Task[None]] = {}
         loop = asyncio.get_running_loop()
-        peer, auth = context.peer(), context.auth_context()
+        peer = context.peer()
         try:
             while True:
                 try:
@@ -409,7 +382,7 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
                 if request is grpc.aio.EOF:
                     break
                 for call in request.calls:
-                    task = loop.create_task(self._run(call, peer, auth, answers))
+                    task = loop.create_task(self._run(call, peer, answers))
                     running[call.id] = task
                     task.add_done_callback(lambda _, call_id=call.id: running.pop(call_id, None))
                     if call.timeout_s > 0:
@@ -427,23 +400,21 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
                 task.cancel()
             answers.close()
 
-    async def _run(self, call: rpb.RelayedCall, peer: str, auth: dict[str, list[bytes]], answers: "_Answers") -> None:
+    async def _run(self, call: rpb.RelayedCall, peer: str, answers: "_Answers") -> None:
         try:
-            answers.add(await self._answer(call, peer, auth))
+            answers.add(await self._answer(call, peer))
         except asyncio.CancelledError:
             pass   # withdrawn or past its deadline: the follower waits for no answer
 
-    async def _answer(self, call: rpb.RelayedCall, peer: str, auth: dict[str, list[bytes]]) -> rpb.RelayedAnswer:
+    async def _answer(self, call: rpb.RelayedCall, peer: str) -> rpb.RelayedAnswer:
         handler = await self.handlers.handler(call.method)
         if handler is None or handler.request_streaming or handler.response_streaming:
             return rpb.RelayedAnswer(id=call.id, code=grpc.StatusCode.UNIMPLEMENTED.value[0],
                                      details=f"{call.method} cannot be relayed")
-        context = RelayContext(tuple((h.key, h.value) for h in call.metadata), call.timeout_s, peer, auth)
+        context = RelayContext(tuple((h.key, h.value) for h in call.metadata), call.timeout_s, peer)
         try:
             request = handler.request_deserializer(call.request) if handler.request_deserializer else call.request
             response = await handler.unary_unary(request, context)
-            if context.code not in (None, grpc.StatusCode.OK):
-                return _failed(call.id, context.code, context.details)
             data = handler.response_serializer(response) if handler.response_serializer else response
             return rpb.RelayedAnswer(id=call.id, response=data)
         except RelayAbort as abort:

@@ -226,12 +226,14 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                 client_id = client_id_of(context)
                 if self.forwarder.is_leader():
                     stream = handler(request, client_id, context)
-                elif method == "ReceiveMessage" and not request.batched_response:
-                    stream = _unbatched(self.forwarder.server_stream(
-                        method, _batched(request), context, give_up=hand_over.give_up if hand_over.enabled else None))
                 else:
+                    # An official client's receive: the leader's batch in one response, handed on per message.
+                    unbatch = method == "ReceiveMessage" and not request.batched_response
                     stream = self.forwarder.server_stream(
-                        method, request, context, give_up=hand_over.give_up if hand_over.enabled else None)
+                        method, _batched(request) if unbatch else request, context,
+                        give_up=hand_over.give_up if hand_over.enabled else None)
+                    if unbatch:
+                        stream = _unbatched(stream)
                 async for response in stream:
                     if not status_sent and response.HasField("status") and hand_over.again(response.status.code):
                         failed = response.status   # nothing went out yet: try again

@@ -175,22 +175,25 @@ class Node:
         """The relay of forwarded calls (broker/relay.py) on the port that
         followers forward to, its calls behind that port's own checks: the
         members' port has none (with mutual TLS), the shared port namespaces
-        and, with auth on, authentication and ACLs. Its interceptors are its
-        own (they cache handlers that name one servicer)."""
+        and, with auth on, authentication and ACLs (instances of its own)."""
         def register(server: Any) -> None:
             messaging_grpc.add_MessagingServiceServicer_to_server(messaging, server)
 
         def checks() -> list[grpc.aio.ServerInterceptor]:
-            if self.peer_server is not None:
-                return []
-            chain: list[grpc.aio.ServerInterceptor] = [NamespaceInterceptor()]
-            if self.guard is not None and self.guard.settings.enabled:
-                chain.append(AuthInterceptor(self.guard))
-            return chain
+            return [] if self.peer_server is not None else self._client_checks()
 
         server = self.peer_server if self.peer_server is not None else self.grpc_server
         assert server is not None
         relay_grpc.add_RelayServiceServicer_to_server(RelayServicer(RelayedHandlers([register], checks)), server)
+
+    def _client_checks(self) -> list[grpc.aio.ServerInterceptor]:
+        """New instances of the client port's interceptors (namespaces, then
+        auth when it is on) for a server of its own: they cache each
+        method's wrapped handler, which names one server's servicer."""
+        checks: list[grpc.aio.ServerInterceptor] = [NamespaceInterceptor()]
+        if self.guard is not None and self.guard.settings.enabled:
+            checks.append(AuthInterceptor(self.guard))
+        return checks
 
     def _build_servers(self, servicer: DLedgerServicer, auth: AuthSettings) -> None:
         """The client port (and, with mutual TLS, the members' port), bound
@@ -231,13 +234,9 @@ class Node:
         assert broker is not None and self.server is not None
 
         def build(draining: Callable[[], bool]) -> grpc.aio.Server:
-            # Interceptors of its own: they cache each method's wrapped
-            # handler, which names one server's servicer (shared with the
-            # client port, that port would serve this front end's servicer).
-            interceptors: list[grpc.aio.ServerInterceptor] = [NamespaceInterceptor()]
-            if self.guard is not None and self.guard.settings.enabled:
-                interceptors.append(AuthInterceptor(self.guard))
-            server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors)
+            # Interceptors of its own (shared with the client port, that port
+            # would serve this front end's servicer).
+            server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=self._client_checks())
             messaging_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(broker, draining), server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             self._bind(server, bind)
