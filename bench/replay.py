@@ -334,6 +334,9 @@ def bench_live(entries: int, runs: int = 2) -> None:
         frames = {"live_replicas": lambda: spark.read.format("dledger").option("servers", servers).load(),
                   "live_leader": lambda: spark.read.format("dledger").option("servers", servers)
                   .option("preferReplicas", "false").load(),
+                  # Live mode's Python reader (the same raw runs, decoded in the Python workers).
+                  "live_replicas_python": lambda: spark.read.format("dledger").option("servers", servers)
+                  .option("reader", "python").load(),
                   "file": lambda: spark.read.format("dledger").load(node_dir),
                   # File mode's Python reader: the same decoder the live path uses.
                   "file_python": lambda: spark.read.format("dledger").option("reader", "python").load(node_dir)}

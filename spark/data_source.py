@@ -50,7 +50,7 @@ class DLedgerDataSource(DataSource):
         if options.reader == "jvm":
             # The JVM provider (spark/jvm) takes reader=jvm itself; here it is not on the classpath.
             raise OptionError("reader=jvm: the dledger JVM reader is not on this session's classpath "
-                              "(spark/jvm_reader.py logs why; without javac the Python reader reads file mode)")
+                              "(spark/jvm_reader.py logs why; without javac the Python reader reads batches)")
         return DLedgerBatchReader(options, _checked(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:

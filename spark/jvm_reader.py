@@ -1,6 +1,6 @@
-"""The JVM reader for file mode: its jar, built on first use.
+"""The JVM reader for batch reads (file and live mode): its jar, built on first use.
 
-`spark.read.format("dledger").load(PATH)` reads a node's files fastest with a
+`spark.read.format("dledger").load(PATH)` (and a live batch read) is fastest with a
 DataSource V2 reader in Java (spark/jvm/src/io/pydledger/spark/): it fills
 Spark's column vectors straight from the segment files, so Spark reads it as
 it reads Parquet's vectorised batches, with no Python worker and no row copy
@@ -13,7 +13,7 @@ builds a new one:
 
 `jar_path()` returns it, or None with the reason logged when it cannot be had
 (no `javac`, sources missing, a compile error, PYDLEDGER_SPARK_JVM=0): the
-Python reader then reads file mode as before. spark/session.py puts the jar
+Python reader then reads as before. spark/session.py puts the jar
 on the session's classpath (spark.jars).
 """
 from __future__ import annotations
@@ -107,7 +107,7 @@ def _remember(key: str, value: str | None) -> str | None:
 
 
 def _unavailable(reason: str) -> None:
-    log.warning("the dledger JVM reader is not available (%s): file mode reads with the Python reader", reason)
+    log.warning("the dledger JVM reader is not available (%s): batch reads use the Python reader", reason)
     return None
 
 

@@ -30,9 +30,9 @@ with a message naming them: a typo must not silently read something else.
     maxBytesPerSecond     live mode: throttle each partition's reads to this many bytes/s
     failOnDataLoss        stream: fail (default) or skip when retention deleted entries not yet read
     decode                arrow (default): RecordBatches to Spark; tuples: row by row (slower, for comparison)
-    reader                file mode, batch: auto (default): the JVM reader when the session has it
-                          (spark/jvm_reader.py) and it takes the options, else this Python reader;
-                          jvm: the JVM reader or an error; python: this reader
+    reader                batch (file or live mode): auto (default): the JVM reader when the session
+                          has it (spark/jvm_reader.py) and it takes the options, else this Python
+                          reader; jvm: the JVM reader or an error; python: this reader
     user, secretFile      live mode on a secured cluster: sign as this user, its secret the first line
                           of the file (every executor reads it; the plan carries the path, not the secret)
     tlsCa                 live mode: trust this CA and speak TLS

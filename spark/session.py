@@ -7,8 +7,8 @@ session here needs, whatever the master:
 - quiet logs: a log4j2 file that keeps Spark at WARN and silences the known
   harmless warnings (reference: shared toolchain notes, section 3);
 - the `dledger` data sources registered;
-- the JVM reader for file mode on the classpath (spark/jvm_reader.py builds
-  its jar; without `javac` the Python reader reads file mode, as it always could).
+- the JVM reader for batch reads on the classpath (spark/jvm_reader.py builds
+  its jar; without `javac` the Python reader reads them, as it always could).
   `jvm_reader=False` leaves it out. Under spark-submit the JVM is already up:
   pass the jar with --jars (`python -c "from spark.jvm_reader import jar_path; print(jar_path())"`).
 """

@@ -2,7 +2,9 @@
 authentication and ACLs): with the user, secretFile and tlsCa options the
 read returns the committed entries; without credentials it fails at once
 with a message that says which options to give; a user without Sub on the
-Cluster is refused the same way. One single-node secured cluster."""
+Cluster is refused the same way. One single-node secured cluster, read by
+both readers: the JVM reader (its own gRPC client on Spark's Netty: TLS
+checked against the CA, calls signed) and the Python one."""
 from __future__ import annotations
 
 import asyncio
@@ -63,16 +65,26 @@ async def _prepare(cluster: ProcessCluster, admin: ClientSecurity) -> None:
             authpb.AclEntry(resource="Cluster", actions=["Sub"])]), timeout=5)
 
 
-def _live(spark_session, cluster: ProcessCluster, base: Path, **security: str):
-    reader = spark_session.read.format("dledger").option("servers", cluster.addresses["n0"])
+@pytest.fixture(params=["jvm", "python"])
+def reader(request, spark_session) -> str:
+    from spark.jvm_reader import on_classpath
+
+    if request.param == "jvm" and not on_classpath(spark_session):
+        pytest.skip("the JVM reader is not on the session's classpath (no javac? spark.jvm_reader logs why)")
+    return request.param
+
+
+def _live(spark_session, cluster: ProcessCluster, base: Path, reader: str, **security: str):
+    reader = spark_session.read.format("dledger").option("servers", cluster.addresses["n0"]).option("reader", reader)
     for name, value in security.items():
         reader = reader.option(name, value)
     return reader.load()
 
 
-def test_a_live_read_with_credentials_and_the_ca_returns_the_committed_entries(spark_session, secured) -> None:
+def test_a_live_read_with_credentials_and_the_ca_returns_the_committed_entries(spark_session, secured,
+                                                                                reader) -> None:
     cluster, base = secured
-    df = _live(spark_session, cluster, base, user="reader", secretFile=str(base / "reader.secret"),
+    df = _live(spark_session, cluster, base, reader, user="reader", secretFile=str(base / "reader.secret"),
                tlsCa=str(base / "pki" / "ca.pem"))
     rows = df.select("kind", "body").collect()
     assert sorted(bytes(r.body) for r in rows if r.kind == "raw") == sorted(b"secured-%d" % i for i in range(40))
@@ -83,22 +95,22 @@ def test_a_live_read_with_credentials_and_the_ca_returns_the_committed_entries(s
 
 @pytest.mark.parametrize("user, code", [(None, "UNAUTHENTICATED"), ("nobody", "FORBIDDEN")])
 def test_a_live_read_without_credentials_or_rights_fails_with_a_clear_message(spark_session, secured, user,
-                                                                              code) -> None:
+                                                                              code, reader) -> None:
     cluster, base = secured
     options = {"tlsCa": str(base / "pki" / "ca.pem")}
     if user:
         options.update(user=user, secretFile=str(base / f"{user}.secret"))
     started = time.monotonic()
     with pytest.raises(Exception) as failure:
-        _live(spark_session, cluster, base, **options).count()
+        _live(spark_session, cluster, base, reader, **options).count()
     message = str(failure.value)
     assert code in message and "set the options user and secretFile" in message, message[-2000:]
     assert time.monotonic() - started < 25   # refused at once, not after the planning timeout
 
 
-def test_a_missing_secret_file_is_an_option_error(spark_session, secured) -> None:
+def test_a_missing_secret_file_is_an_option_error(spark_session, secured, reader) -> None:
     cluster, base = secured
     with pytest.raises(Exception) as failure:
-        _live(spark_session, cluster, base, user="reader", secretFile=str(base / "absent.secret"),
+        _live(spark_session, cluster, base, reader, user="reader", secretFile=str(base / "absent.secret"),
               tlsCa=str(base / "pki" / "ca.pem")).count()
     assert "cannot be read" in str(failure.value)

@@ -14,9 +14,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * The format "dledger" when this jar is on the classpath (spark/jvm_reader.py
  * builds it, spark/session.py adds it). Spark looks up JVM sources before
  * Python ones, so this provider is what `format("dledger")` finds; it reads
- * file mode itself (batch reads of a node's files: a columnar JVM reader,
- * FileTable) and hands everything else, live mode, streams, the sink, the
- * options only the Python reader has, to the Python data source, registered
+ * batches itself (a node's files, or a running group's committed log over
+ * gRPC: a columnar JVM reader, BatchTable) and hands everything else,
+ * streams, the sink, the options only the Python reader has, to the Python
+ * data source, registered
  * then as "dledger_python" (spark/data_source.py; Spark refuses a Python
  * source under a JVM source's name), through Spark's own
  * PythonDataSourceV2. The option reader=python forces the Python reader,
@@ -41,24 +42,29 @@ public final class DLedgerSource implements TableProvider, DataSourceRegister {
         return python;
     }
 
-    /** The file-mode options when the JVM reader is to read, else null (the Python source reads). */
-    static FileOptions route(Map<String, String> options) {
+    /** The options (FileOptions or LiveOptions) when the JVM reader is to read, else null (the Python source reads). */
+    static Object route(Map<String, String> options) {
         String reader = FileOptions.readerChoice(options);
         if (reader == null || reader.equals("python")) {
             return null;  // the Python source refuses an unknown reader value itself
         }
-        String refusal = FileOptions.refusal(options);
+        boolean live = LiveOptions.live(options);
+        String refusal = live ? LiveOptions.refusal(options) : FileOptions.refusal(options);
         if (refusal != null && reader.equals("jvm")) {
             throw new IllegalArgumentException("OptionError: reader=jvm: the JVM reader cannot read this query: "
                     + refusal + " (leave out reader, or give reader=python)");
         }
-        return refusal == null ? FileOptions.parse(options) : null;
+        if (refusal != null) {
+            return null;
+        }
+        return live ? LiveOptions.parse(options) : FileOptions.parse(options);
     }
 
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
-        FileOptions file = route(options);
-        return file != null ? file.schema() : python().inferSchema(options);
+        Object taken = route(options);
+        return taken instanceof FileOptions ? ((FileOptions) taken).schema()
+                : taken instanceof LiveOptions ? ((LiveOptions) taken).schema() : python().inferSchema(options);
     }
 
     @Override
@@ -68,9 +74,11 @@ public final class DLedgerSource implements TableProvider, DataSourceRegister {
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-        FileOptions file = route(properties);
-        if (file != null && FileOptions.acceptable(schema)) {
-            return new FileTable(schema, file, () -> python().getTable(schema, partitioning, properties));
+        Object taken = route(properties);
+        if (taken != null && FileOptions.acceptable(schema)) {
+            return new BatchTable(schema, taken instanceof FileOptions ? (FileOptions) taken : null,
+                    taken instanceof LiveOptions ? (LiveOptions) taken : null,
+                    () -> python().getTable(schema, partitioning, properties));
         }
         return python().getTable(schema, partitioning, properties);
     }

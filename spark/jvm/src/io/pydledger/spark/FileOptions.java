@@ -77,6 +77,11 @@ final class FileOptions implements Serializable {
         if (blank(values.get("path"))) {
             return "no path (live mode is the Python reader's)";
         }
+        return shared(values);
+    }
+
+    /** The checks of the options both JVM readers take (file and live mode); null when they pass. */
+    static String shared(Map<String, String> values) {
         if (!blank(values.get("startindex")) && !blank(values.get("startingoffsets"))) {
             return "startIndex and startingOffsets contradict each other";
         }
@@ -96,19 +101,20 @@ final class FileOptions implements Serializable {
             return "startingOffsets=" + starting + " is the Python reader's";
         }
         for (String key : new String[] {"startindex", "endindex", "maxpartitionbytes", "minpartitions",
-                "maxentriespertrigger"}) {
+                "maxentriespertrigger", "entriesperpartition", "maxbytespersecond"}) {
             String text = values.get(key);
             if (text != null && !text.isEmpty() && !digits(text)) {
                 return key + "=" + text + " is not a plain integer";  // Python says what is wrong with it
             }
         }
-        for (String key : new String[] {"maxpartitionbytes", "minpartitions", "maxentriespertrigger"}) {
+        for (String key : new String[] {"maxpartitionbytes", "minpartitions", "maxentriespertrigger",
+                "entriesperpartition", "maxbytespersecond"}) {
             String text = values.get(key);
             if (text != null && !text.isEmpty() && Long.parseLong(text) < 1) {
                 return key + "=" + text + " is below 1";
             }
         }
-        for (String key : new String[] {"includeproperties", "failondataloss"}) {
+        for (String key : new String[] {"includeproperties", "failondataloss", "preferreplicas"}) {
             String text = values.getOrDefault(key, "true").trim().toLowerCase(Locale.ROOT);
             if (!text.equals("true") && !text.equals("false")) {
                 return key + "=" + text + " is not true or false";
@@ -168,7 +174,7 @@ final class FileOptions implements Serializable {
         return type;
     }
 
-    private static Map<String, String> lower(Map<String, String> options) {
+    static Map<String, String> lower(Map<String, String> options) {
         Map<String, String> values = new java.util.HashMap<>();
         for (Map.Entry<String, String> e : options.entrySet()) {
             values.put(e.getKey().toLowerCase(Locale.ROOT), e.getValue() == null ? "" : e.getValue());
@@ -176,11 +182,11 @@ final class FileOptions implements Serializable {
         return values;
     }
 
-    private static boolean blank(String text) {
+    static boolean blank(String text) {
         return text == null || text.trim().isEmpty();
     }
 
-    private static boolean digits(String text) {
+    static boolean digits(String text) {
         if (text.isEmpty() || text.length() > 18) {
             return false;
         }
@@ -192,12 +198,12 @@ final class FileOptions implements Serializable {
         return true;
     }
 
-    private static long integer(Map<String, String> values, String key, long otherwise) {
+    static long integer(Map<String, String> values, String key, long otherwise) {
         String text = values.get(key);
         return text == null || text.isEmpty() ? otherwise : Long.parseLong(text);
     }
 
-    private static Long optional(Map<String, String> values, String key) {
+    static Long optional(Map<String, String> values, String key) {
         String text = values.get(key);
         return text == null || text.isEmpty() ? null : Long.valueOf(text);
     }

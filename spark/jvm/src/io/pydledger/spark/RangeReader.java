@@ -32,7 +32,10 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * The committed entries of one FileRange as ColumnarBatches, filled straight
  * from the segment file: the walk of spark/entry_scan.py (every check, both
  * CRCs, the same errors) and the rows of spark/row_builder.py (the reference
- * decoder), only for the columns the query reads.
+ * decoder), only for the columns the query reads. Or those of a LiveRange,
+ * from the raw runs a running group's nodes send (LiveRuns): the same checks
+ * and rows, a run at a time; a run that fails a check is read again from
+ * another node.
  */
 final class RangeReader implements PartitionReader<ColumnarBatch> {
     static final int BATCH_ROWS = 4096;
@@ -62,7 +65,12 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
-    private final FileRange part;
+    private final String where;  // the segment's path, or the group: for errors
+    private final long base;  // the segment's start (files); 0 for runs, whose positions are absolute
+    private final long firstIndex;
+    private final long lastIndex;
+    private final FileRange part;  // null when reading live
+    private final LiveRuns live;  // null when reading files
     private final Set<String> topics;
     private final int[] slot = new int[Columns.COUNT];  // column -> vector, or -1
     private final OnHeapColumnVector[] vectors;
@@ -86,7 +94,23 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     private Map<String, String> mStrict;  // properties as the strict codec read them (null: split the text)
 
     RangeReader(FileRange part, StructType schema, Set<String> topics) throws IOException {
+        this(part.path, part.segmentStart, part.firstIndex, part.lastIndex, part.previousChainCrc, part, null, schema,
+                topics);
+    }
+
+    RangeReader(LiveRange range, StructType schema, Set<String> topics) throws IOException {
+        this("group " + range.group, 0, range.firstIndex, range.lastIndex, -1, null, new LiveRuns(range), schema,
+                topics);
+    }
+
+    private RangeReader(String where, long base, long firstIndex, long lastIndex, long chain, FileRange part,
+                        LiveRuns live, StructType schema, Set<String> topics) throws IOException {
+        this.where = where;
+        this.base = base;
+        this.firstIndex = firstIndex;
+        this.lastIndex = lastIndex;
         this.part = part;
+        this.live = live;
         this.topics = topics;
         java.util.Arrays.fill(slot, -1);
         StructField[] fields = schema.fields();
@@ -95,10 +119,10 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         }
         vectors = OnHeapColumnVector.allocateColumns(BATCH_ROWS, schema);
         batch = new ColumnarBatch(vectors);
-        file = new RandomAccessFile(part.path, "r");
-        channel = file.getChannel();
-        expected = part.firstIndex;
-        chain = part.previousChainCrc;
+        file = part == null ? null : new RandomAccessFile(part.path, "r");
+        channel = file == null ? null : file.getChannel();
+        expected = firstIndex;
+        this.chain = chain;
     }
 
     private static byte[] bytes(String text) {
@@ -109,41 +133,59 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     public boolean next() throws IOException {
         if (!started) {
             started = true;
-            relative = (part.pos >= 0 ? part.pos : firstPos()) - part.segmentStart;
-            fill();
+            if (live != null) {
+                nextRun();
+            } else {
+                relative = (part.pos >= 0 ? part.pos : firstPos()) - part.segmentStart;
+                fill();
+            }
         }
         for (OnHeapColumnVector v : vectors) {
             v.reset();
         }
         int rows = 0;
         long bytes = 0;
-        while (expected <= part.lastIndex && rows < BATCH_ROWS && bytes < BATCH_BYTES) {
+        while (expected <= lastIndex && rows < BATCH_ROWS && bytes < BATCH_BYTES) {
             if (at + LogFiles.HEADER_SIZE > chunkLength) {
-                advance(-1);
+                if (live == null) {
+                    advance(-1);
+                } else if (at < chunkLength) {
+                    reject(expected, relative + at, "a run ends inside an entry header");
+                } else {
+                    nextRun();
+                }
                 continue;
             }
             byte[] b = chunk;
             int magic = LogFiles.int32(b, at), size = LogFiles.int32(b, at + 4), bodySize = LogFiles.int32(b, at + 44);
             if (!LogFiles.validMagic(magic) || size != LogFiles.HEADER_SIZE + bodySize || bodySize < 0) {
-                throw damaged(expected, relative + at, "no entry header (magic " + magic + ", size " + size + ")");
+                reject(expected, relative + at, "no entry header (magic " + magic + ", size " + size + ")");
+                continue;
             }
             if (at + size > chunkLength) {
-                advance(size);
+                if (live == null) {
+                    advance(size);
+                } else {
+                    reject(expected, relative + at, "a run ends inside an entry");
+                }
                 continue;
             }
             long index = LogFiles.int64(b, at + 8), pos = LogFiles.int64(b, at + 24);
-            if (index != expected || pos != part.segmentStart + relative + at) {
-                throw damaged(expected, relative + at, "found entry " + index + " claiming pos " + pos);
+            if (index != expected || pos != base + relative + at) {
+                reject(expected, relative + at, "found entry " + index + " claiming pos " + pos);
+                continue;
             }
             int body = at + LogFiles.HEADER_SIZE;
             crc.reset();
             crc.update(b, body, bodySize);
             if (crc.getValue() != (LogFiles.int32(b, at + 40) & 0xffffffffL)) {
-                throw damaged(index, relative + at, "body CRC mismatch");
+                reject(index, relative + at, "body CRC mismatch");
+                continue;
             }
             long stored = LogFiles.int32(b, at + 36) & 0xffffffffL;
             if (chain >= 0 && chainCrc(b, at, chain) != stored) {
-                throw damaged(index, relative + at, "chain CRC mismatch: it does not follow the entry before");
+                reject(index, relative + at, "chain CRC mismatch: it does not follow the entry before");
+                continue;
             }
             chain = stored;
             if (magic == LogFiles.MAGIC_NORMAL) {
@@ -158,7 +200,41 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
             at += size;
         }
         batch.setNumRows(rows);
-        return rows > 0 || expected <= part.lastIndex;
+        return rows > 0 || expected <= lastIndex;
+    }
+
+    /**
+     * A failed check at entry `index`: the error, for a file; for a run, the
+     * run is read again from the next node (LiveRuns.refuse), and the walk
+     * goes on with what that node sends.
+     */
+    private void reject(long index, long offset, String what) throws IOException {
+        LogFilesException error = damaged(index, offset, what);
+        if (live == null) {
+            throw error;
+        }
+        live.refuse(expected, error.getMessage());
+        chunkLength = at = 0;
+    }
+
+    /** The next run into `chunk` (LiveRuns); at the range's end, the walk is done. */
+    private void nextRun() throws IOException {
+        LiveRuns.Run run = live.next();
+        if (run == null) {
+            expected = lastIndex + 1;
+            chunkLength = at = 0;
+            return;
+        }
+        chunk = run.data;
+        at = run.offset;
+        chunkLength = run.offset + run.length;
+        relative = run.firstPos - run.offset;
+        if (run.firstIndex != expected) {
+            // Entries left out before this run (a reader who may not see users'
+            // secrets): the run's first link cannot be checked.
+            expected = run.firstIndex;
+            chain = -1;
+        }
     }
 
     /** The next piece of the segment, from the entry at `at` on (size: that entry's, -1 when its header is cut). */
@@ -220,7 +296,8 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     }
 
     private LogFilesException damaged(long index, long offset, String what) {
-        return new LogFilesException(part.path + " at offset " + offset + ", entry " + index + ": " + what);
+        return new LogFilesException(where + " at " + (live == null ? "offset " : "pos ") + offset + ", entry " + index
+                + ": " + what);
     }
 
     /** zlib's crc32(header[40:44], crc32(header[0:36], seed)): the chain CRC. */
@@ -692,6 +769,11 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     @Override
     public void close() throws IOException {
         batch.close();
-        file.close();
+        if (file != null) {
+            file.close();
+        }
+        if (live != null) {
+            live.close();
+        }
     }
 }

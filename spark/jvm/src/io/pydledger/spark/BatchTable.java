@@ -27,20 +27,27 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
- * A node's files as a table: batch reads by the JVM reader (column pruning,
- * columnar batches); a stream over the same files, or a write, goes to the
- * Python source's table (its stream reader, its sink, which refuses a path).
+ * A node's files (file mode) or a running group (live mode) as a table:
+ * batch reads by the JVM reader (column pruning, columnar batches); a stream,
+ * or a write, goes to the Python source's table (its stream reader, its sink).
  */
-final class FileTable implements Table, SupportsRead, SupportsWrite {
+final class BatchTable implements Table, SupportsRead, SupportsWrite {
     private final StructType schema;
-    private final FileOptions options;
+    private final FileOptions options;  // file mode, else null
+    private final LiveOptions live;  // live mode, else null
     private final Supplier<Table> python;
     private Table pythonTable;
 
-    FileTable(StructType schema, FileOptions options, Supplier<Table> python) {
+    BatchTable(StructType schema, FileOptions options, LiveOptions live, Supplier<Table> python) {
         this.schema = schema;
         this.options = options;
+        this.live = live;
         this.python = python;
+    }
+
+    private java.util.Set<String> topics() {
+        java.util.Set<String> topics = options != null ? options.topics : live.topics;
+        return topics == null ? null : new java.util.HashSet<>(topics);
     }
 
     private Table python() {
@@ -92,15 +99,16 @@ final class FileTable implements Table, SupportsRead, SupportsWrite {
 
         @Override
         public Scan build() {
-            return new FileScan(required, scanOptions);
+            return new LogScan(required, scanOptions);
         }
     }
 
-    private final class FileScan implements Scan, Batch {
+    private final class LogScan implements Scan, Batch {
         private final StructType read;
+        private InputPartition[] planned;
         private final CaseInsensitiveStringMap scanOptions;
 
-        FileScan(StructType read, CaseInsensitiveStringMap scanOptions) {
+        LogScan(StructType read, CaseInsensitiveStringMap scanOptions) {
             this.read = read;
             this.scanOptions = scanOptions;
         }
@@ -112,7 +120,8 @@ final class FileTable implements Table, SupportsRead, SupportsWrite {
 
         @Override
         public String description() {
-            return "dledger JVM reader " + options.path;
+            return "dledger JVM reader " + (options != null ? options.path
+                    : "live " + String.join(",", live.servers) + " group " + live.group);
         }
 
         @Override
@@ -125,16 +134,45 @@ final class FileTable implements Table, SupportsRead, SupportsWrite {
             return ((SupportsRead) python()).newScanBuilder(scanOptions).build().toMicroBatchStream(checkpointLocation);
         }
 
+        /**
+         * Planned once per scan: Spark may ask more than once, and a live
+         * group's committed index moves, so a second plan could differ.
+         */
         @Override
-        public InputPartition[] planInputPartitions() {
-            List<FileRange> ranges = LogFiles.planBatch(options);
-            return ranges.toArray(new InputPartition[0]);
+        public synchronized InputPartition[] planInputPartitions() {
+            if (planned == null) {
+                try {
+                    planned = (options != null ? LogFiles.planBatch(options) : planLive()).toArray(new InputPartition[0]);
+                } catch (IOException error) {
+                    throw new UncheckedIOException(error.getMessage(), error);
+                }
+            }
+            return planned.clone();
         }
 
         @Override
         public PartitionReaderFactory createReaderFactory() {
-            return new Factory(read, options.topics == null ? null : new java.util.HashSet<>(options.topics));
+            java.util.Set<String> topics = topics();
+            return new Factory(read, topics == null ? null : new java.util.HashSet<>(topics));
         }
+    }
+
+    /**
+     * As spark/data_source.py plans a live batch: the committed index is read
+     * once, here, so the ranges (and the query's result) are fixed whatever
+     * is committed later.
+     */
+    private List<LiveRange> planLive() throws IOException {
+        live.access.check();
+        LiveGroup.View view = LiveGroup.view(live.servers, live.group, live.access);
+        long first = live.startIndex != null ? live.startIndex
+                : live.startingIndex != null ? live.startingIndex : view.begin;
+        if (first < view.begin) {
+            throw new LogFilesException("startIndex " + first + " is below the first entry still in the log ("
+                    + view.begin + "); retention deleted the entries before it");
+        }
+        long last = live.endIndex == null ? view.committed : Math.min(live.endIndex, view.committed);
+        return LiveRange.plan(live, first, last, live.preferReplicas ? view.followers : List.of());
     }
 
     static final class Factory implements PartitionReaderFactory {
@@ -160,7 +198,8 @@ final class FileTable implements Table, SupportsRead, SupportsWrite {
         @Override
         public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
             try {
-                return new RangeReader((FileRange) partition, schema, topics);
+                return partition instanceof LiveRange ? new RangeReader((LiveRange) partition, schema, topics)
+                        : new RangeReader((FileRange) partition, schema, topics);
             } catch (IOException error) {
                 throw new UncheckedIOException(error);
             }
