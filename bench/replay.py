@@ -484,7 +484,7 @@ def main() -> None:
     if args.narrow:
         bench_narrow(args.corpus, info, args.runs)
     if args.live:
-        bench_live(args.live)
+        bench_live(args.live, args.runs)
     if not args.skip_streaming:
         bench_stream_latency()
 

@@ -32,10 +32,9 @@ from dledger.tasks import set_crash_handler
 from dledger.config import DLedgerConfig
 from dledger.rpc import tls
 from dledger.rpc.peer_client import GrpcTransport
-from dledger.rpc.service import DLedgerServicer
+from dledger.rpc.service import DLedgerServicer, add_dledger_service
 from dledger.server import DLedgerServer
 from rpcgen import dledger_pb2 as pb
-from rpcgen import dledger_pb2_grpc
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc as messaging_grpc
 from rpcgen.pydledger.relay.v1 import relay_pb2_grpc as relay_grpc
 from store.config import MessageStoreConfig
@@ -214,7 +213,7 @@ class Node:
             client_interceptors.append(self._auth_interceptor)
         self.grpc_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=client_interceptors)
         for server in self._servers:
-            dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, server)
+            add_dledger_service(servicer, server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         if self.peer_server is not None:
             self._bind(self.peer_server, config.bind_address, peer_port=True)

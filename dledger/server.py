@@ -27,6 +27,7 @@ from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
 from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
 from dledger.loop_lag import LoopLagMonitor
 from dledger.producer_table import Snapshot
+from dledger.raw_run import RawRunResponse
 from dledger.store.file_store import AppendHook, DLedgerFileStore
 from dledger.store.properties import write_atomic
 from dledger.tasks import fail_stop, start_task
@@ -439,7 +440,7 @@ class DLedgerServer:
                             f"{self.config.self_id} holds a damaged entry ({error.message}); it is repairing its "
                             f"log from the leader: read from another node, or again once it is repaired")
 
-    async def handle_read(self, request: pb.ReadRequest) -> AsyncIterator[pb.ReadResponse]:
+    async def handle_read(self, request: pb.ReadRequest) -> AsyncIterator[pb.ReadResponse | RawRunResponse]:
         """Committed entries of this node's own log, in batches."""
         self._require_started()
         self.check_group(request.header)
@@ -471,7 +472,7 @@ class DLedgerServer:
         return self._read_batches(start, end, batch_bytes, request.include_system, confirmed)
 
     async def _read_raw_runs(self, start: int, end: int, batch_bytes: int,
-                             confirmed: bool) -> AsyncIterator[pb.ReadResponse]:
+                             confirmed: bool) -> AsyncIterator[RawRunResponse]:
         """The range as stored, a run of back-to-back entries per response:
         no per-entry work here (the reader checks the CRCs), so a replay
         costs this node a pread and a copy per megabyte."""
@@ -484,8 +485,7 @@ class DLedgerServer:
             if not count:
                 break
             index += count
-            yield pb.ReadResponse(raw_records=records, raw_data=data,
-                                  committed_index=self.member_state.committed_index, leader_confirmed=confirmed)
+            yield RawRunResponse(records, data, self.member_state.committed_index, confirmed)
 
     async def _read_batches(self, start: int, end: int, batch_bytes: int,
                             include_system: bool, confirmed: bool) -> AsyncIterator[pb.ReadResponse]:

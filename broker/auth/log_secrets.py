@@ -17,9 +17,11 @@ is passed on as it is.
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 from broker.auth.metadata import AuthKind
 from dledger.entry import HEADER_SIZE, INDEX_RECORD, INDEX_RECORD_SIZE
+from dledger.raw_run import RawRunResponse
 from rpcgen import dledger_pb2 as pb
 from store.system_entry import SYSTEM_MAGIC_CODE, SystemKind
 
@@ -39,11 +41,11 @@ def _secret_body(body: bytes | memoryview) -> bool:
     return magic == SYSTEM_MAGIC_CODE and kind in SECRET_KINDS
 
 
-def without_secrets(response: pb.ReadResponse) -> list[pb.ReadResponse]:
+def without_secrets(response: pb.ReadResponse | RawRunResponse) -> list[pb.ReadResponse | RawRunResponse]:
     """The batch less its secret-bearing entries (the same message when it
     holds none). A raw run (ReadRequest.raw) is split around them instead:
     its entries must stay back to back, and the reader sees the gap."""
-    if response.raw_records:
+    if isinstance(response, RawRunResponse):
         return _raw_without_secrets(response)
     if not any(holds_secrets(e) for e in response.entries):
         return [response]
@@ -53,7 +55,7 @@ def without_secrets(response: pb.ReadResponse) -> list[pb.ReadResponse]:
     return [response]
 
 
-def _raw_without_secrets(response: pb.ReadResponse) -> list[pb.ReadResponse]:
+def _raw_without_secrets(response: RawRunResponse) -> list[RawRunResponse]:
     records, data = response.raw_records, memoryview(response.raw_data)
     if _SYSTEM_MAGIC not in response.raw_data:   # one C scan: nearly every run
         return [response]
@@ -75,9 +77,6 @@ def _raw_without_secrets(response: pb.ReadResponse) -> list[pb.ReadResponse]:
     for low, high in kept:
         begin = INDEX_RECORD.unpack_from(records, low * INDEX_RECORD_SIZE)[1] - first_pos
         _, pos, size, _, _ = INDEX_RECORD.unpack_from(records, (high - 1) * INDEX_RECORD_SIZE)
-        piece = pb.ReadResponse()
-        piece.CopyFrom(response)
-        piece.raw_records = records[low * INDEX_RECORD_SIZE:high * INDEX_RECORD_SIZE]
-        piece.raw_data = bytes(data[begin:pos + size - first_pos])
-        pieces.append(piece)
+        pieces.append(replace(response, raw_records=records[low * INDEX_RECORD_SIZE:high * INDEX_RECORD_SIZE],
+                              raw_data=bytes(data[begin:pos + size - first_pos])))
     return pieces

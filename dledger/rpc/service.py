@@ -10,9 +10,37 @@ from dledger.errors import DLedgerError
 from dledger.rpc.edge import REJECTS, answer, fill_header
 from dledger.rpc.append_stream import serve_append_stream
 from dledger.rpc.peer_stream import serve_peer_stream
+from dledger.raw_run import RawRunResponse, serialize_read_response
 from dledger.server import DLedgerServer
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
+
+
+class _Handlers:
+    """Stands in for a server to take the generated registration's handlers."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: object) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.service, self.handlers = service, dict(handlers)
+
+
+def add_dledger_service(servicer: dledger_pb2_grpc.DLedgerServiceServicer, server: grpc.aio.Server) -> None:
+    """The generated registration, but Read's answers may also be raw runs
+    in wire form (dledger/raw_run.py), which its serializer writes as they are."""
+    taken = _Handlers()
+    dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, taken)
+    handlers = taken.handlers
+    handlers["Read"] = grpc.unary_stream_rpc_method_handler(
+        servicer.Read, request_deserializer=pb.ReadRequest.FromString,
+        response_serializer=serialize_read_response)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(taken.service, handlers),))
+    server.add_registered_method_handlers(taken.service, handlers)
 
 
 class DLedgerServicer(dledger_pb2_grpc.DLedgerServiceServicer):
@@ -73,7 +101,7 @@ class DLedgerServicer(dledger_pb2_grpc.DLedgerServiceServicer):
                             lambda: self.server.handle_list_members(request))
 
     async def Read(self, request: pb.ReadRequest,
-                   context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ReadResponse]:
+                   context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ReadResponse | RawRunResponse]:
         requester = request.header.local_id
         try:
             batches = await self.server.handle_read(request)

@@ -13,10 +13,9 @@ from cluster.process_cluster import free_ports
 from dledger.config import DLedgerConfig, PeerAddress
 from dledger.member_state import Role
 from dledger.rpc.peer_client import GrpcTransport
-from dledger.rpc.service import DLedgerServicer
+from dledger.rpc.service import DLedgerServicer, add_dledger_service
 from dledger.server import DLedgerServer
 from rpcgen import dledger_pb2 as pb
-from rpcgen import dledger_pb2_grpc
 from tests.unit.raft_harness import FAST
 
 
@@ -31,8 +30,7 @@ class Node:
         """(Re)start the node's gRPC server on its port (with another servicer
         class: a node of an earlier version, say)."""
         self.grpc_server = grpc.aio.server()
-        dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer(self.server, os.getpid(), ""),
-                                                              self.grpc_server)
+        add_dledger_service(servicer(self.server, os.getpid(), ""), self.grpc_server)
         self.grpc_server.add_insecure_port(self.address)
         await self.grpc_server.start()
 
