@@ -224,7 +224,10 @@ async def cmd_member_replace(args: argparse.Namespace) -> int:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
+    from cluster.malloc_tuning import tune_malloc
     from cluster.node import configure_logging, run_node
+
+    tune_malloc()
 
     try:
         config = config_from_args(args)
