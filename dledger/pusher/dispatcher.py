@@ -435,7 +435,11 @@ class EntryDispatcher:
         committed = self.member_state.committed_index
         self.last_push_at = now
         self.last_sent_commit = committed
-        request = self._request(pb.COMMIT, committed)
+        # The term at the commit index lets the follower verify its log up to
+        # it (EntryHandler._verify_at_commit), e.g. after a restart.
+        store = self.store
+        term = store.term_at(committed) if store.ledger_begin_index <= committed <= store.ledger_end_index else 0
+        request = self._request(pb.COMMIT, committed, index_term=term)
         asyncio.get_running_loop().create_task(self._send_commit(request, self.generation))
 
     async def _send_commit(self, request: pb.PushEntryRequest, generation: int) -> None:

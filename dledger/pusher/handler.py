@@ -91,12 +91,27 @@ class EntryHandler:
         elif kind == pb.TRUNCATE:
             response = self._truncate(request)
         elif kind == pb.COMMIT:
+            self._verify_at_commit(request)
             await self._flush_what_is_written()
             response = self._response(request)
         else:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"unknown push type {kind}")
         self.advance_commit(request.committed_index)
         return response
+
+    def _verify_at_commit(self, request: pb.PushEntryRequest) -> None:
+        """A COMMIT push names the leader's term at its commit index (`index`,
+        `index_term`): holding an entry of that term there, this log matches
+        the leader's up to it (Raft's log matching), as a COMPARE would show.
+        Without it a follower restarted with a checkpoint older than its log
+        verified nothing past that checkpoint until the next APPEND, and with
+        no new writes its commit index stayed behind."""
+        store, index = self.store, request.index
+        if request.index_term <= 0 or index <= self.verified_end:
+            return  # a leader that does not send it, or nothing new to verify
+        if store.ledger_begin_index <= index <= store.ledger_end_index and \
+                store.term_at(index) == request.index_term:
+            self.verified_end = index
 
     def advance_commit(self, leader_committed: int) -> None:
         new = min(leader_committed, self.verified_end, self.store.ledger_end_index)
