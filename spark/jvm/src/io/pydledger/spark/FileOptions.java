@@ -65,19 +65,25 @@ final class FileOptions implements Serializable {
     /** Why the JVM reader does not take these options, or null when it does. */
     static String refusal(Map<String, String> options) {
         Map<String, String> values = lower(options);
+        String others = untaken(values, TAKEN);
+        if (others != null) {
+            return others;
+        }
+        if (blank(values.get("path"))) {
+            return "no path";
+        }
+        return shared(values);
+    }
+
+    /** The options a reader does not take, said as a refusal; null when it takes them all. */
+    static String untaken(Map<String, String> values, Set<String> taken) {
         Set<String> others = new TreeSet<>();
         for (String key : values.keySet()) {
-            if (!TAKEN.contains(key)) {
+            if (!taken.contains(key)) {
                 others.add(key);
             }
         }
-        if (!others.isEmpty()) {
-            return "options " + others + " are read by the Python reader only";
-        }
-        if (blank(values.get("path"))) {
-            return "no path (live mode is the Python reader's)";
-        }
-        return shared(values);
+        return others.isEmpty() ? null : "options " + others + " are read by the Python reader only";
     }
 
     /** The checks of the options both JVM readers take (file and live mode); null when they pass. */

@@ -7,7 +7,6 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.TreeSet;
 
 import org.apache.spark.sql.types.StructType;
 
@@ -92,14 +91,9 @@ final class LiveOptions implements Serializable {
     /** Why the JVM live reader does not take these options, or null when it does. */
     static String refusal(Map<String, String> options) {
         Map<String, String> values = FileOptions.lower(options);
-        Set<String> others = new TreeSet<>();
-        for (String key : values.keySet()) {
-            if (!TAKEN.contains(key)) {
-                others.add(key);
-            }
-        }
-        if (!others.isEmpty()) {
-            return "options " + others + " are read by the Python reader only";
+        String others = FileOptions.untaken(values, TAKEN);
+        if (others != null) {
+            return others;
         }
         if (addresses(values.get("servers")) == null) {
             return "servers=" + values.get("servers") + " is not HOST:PORT,...";
