@@ -3,7 +3,7 @@ is byte for byte the ReadResponse protobuf would write, so every client
 (ours in Python, the JVM live reader, any protobuf) reads it unchanged."""
 from __future__ import annotations
 
-import os
+import random
 
 import pytest
 
@@ -11,12 +11,16 @@ from dledger.raw_run import RawRunResponse, serialize_read_response
 from rpcgen import dledger_pb2 as pb
 
 
+def noise(n: int) -> bytes:
+    return random.Random(n).randbytes(n)   # the same bytes in every test process (xdist collects in each)
+
+
 @pytest.mark.parametrize("records, data", [
-    (os.urandom(32), os.urandom(100)),
-    (os.urandom(32 * 1000), os.urandom(1 << 20)),   # a 1 MiB run: multi-byte lengths
-    (os.urandom(32 * 3), b""),                        # empty fields are left out, as protobuf does
-    (os.urandom(32 * 4), os.urandom(127)), (os.urandom(32 * 4), os.urandom(128)),  # one- and two-byte varints
-])
+    (noise(32), noise(100)),
+    (noise(32 * 1000), noise(1 << 20)),   # a 1 MiB run: multi-byte lengths
+    (noise(32 * 3), b""),                  # empty fields are left out, as protobuf does
+    (noise(32 * 4), noise(127)), (noise(32 * 4), noise(128)),  # one- and two-byte varints
+], ids=["small", "1MiB", "no-data", "127", "128"])
 @pytest.mark.parametrize("committed, confirmed", [(0, False), (123456789012, True)])
 def test_the_wire_form_is_the_protobuf_encoding(records, data, committed, confirmed) -> None:
     response = RawRunResponse(records, data, committed, confirmed)
