@@ -51,6 +51,10 @@ class Traffic:
         self.acked_by_consumer: set[str] = set()
         self.delivered_after_ack = 0
         self.sending = True
+        # Set once every sender has returned: a send in flight when sending
+        # stops (one the watchdog moved off a paused leader, say) is
+        # acknowledged later, and the consumer must wait for it too.
+        self.senders_done = False
 
     async def send(self, producer: Producer, worker: int) -> None:
         sequence = 0
@@ -67,7 +71,8 @@ class Traffic:
             self.send_started[receipt.message_id] = started
 
     async def consume(self, consumer: SimpleConsumer, until: float) -> None:
-        while time.monotonic() < until and (self.sending or not set(self.acked_sends) <= self.acked_by_consumer):
+        while time.monotonic() < until and \
+                (not self.senders_done or not set(self.acked_sends) <= self.acked_by_consumer):
             try:
                 received = await consumer.receive(32, 10, await_duration_s=5)
             except ClientError as error:  # past the client's deadline: counted, not hidden
@@ -108,6 +113,7 @@ async def test_producers_and_a_consumer_go_on_across_a_leader_sigkill(cluster):
         cluster.resume(paused)
         traffic.sending = False
         await asyncio.gather(*senders)
+        traffic.senders_done = True
         retried = producer.connection.retries
         moves = producer.connection.watchdog.moves
         drain_until = time.monotonic() + DRAIN_S
@@ -191,6 +197,7 @@ async def test_producers_and_a_consumer_go_on_when_the_leaders_disk_fails(cluste
         await asyncio.sleep(AFTER_KILL_S)
         traffic.sending = False
         await asyncio.gather(*senders)
+        traffic.senders_done = True
         drain_until = time.monotonic() + DRAIN_S
         while not consuming.done() and time.monotonic() < drain_until:
             await asyncio.sleep(0.2)
