@@ -152,6 +152,8 @@ class LeaderForwarder:
         self._tls = material
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._relays: dict[str, RelayClient] = {}
+        self._retired = (0, 0)   # calls and messages of relays closed since (the metrics are totals)
+        self._closing: set[asyncio.Task[None]] = set()
         self._relay_headers = signed_headers(*signing) if signing else None
         self.watch = LeaderWatch(server.member_state)
 
@@ -161,7 +163,8 @@ class LeaderForwarder:
     def counts(self) -> tuple[int, int, int]:
         """Calls relayed, relay messages written, calls abandoned (metrics)."""
         relays = list(self._relays.values())
-        return sum(r.calls for r in relays), sum(r.messages for r in relays), self.watch.abandoned
+        return (self._retired[0] + sum(r.calls for r in relays), self._retired[1] + sum(r.messages for r in relays),
+                self.watch.abandoned)
 
     @staticmethod
     def was_forwarded(context: grpc.aio.ServicerContext) -> bool:
@@ -267,8 +270,22 @@ class LeaderForwarder:
     def _relay(self, address: str) -> RelayClient:
         relay = self._relays.get(address)
         if relay is None:
+            self._retire_idle_relays()
             relay = self._relays[address] = RelayClient(self._channel(address), self._relay_headers)
         return relay
+
+    def _retire_idle_relays(self) -> None:
+        """A relay opens to a new leader: those to nodes that led before hold a
+        stream, and a handler on that node, for nothing. Each is closed once
+        no call waits on it (one that still has calls is left to finish; the
+        next leader change looks again)."""
+        for address, relay in list(self._relays.items()):
+            if relay.idle:
+                del self._relays[address]
+                self._retired = (self._retired[0] + relay.calls, self._retired[1] + relay.messages)
+                task = asyncio.get_running_loop().create_task(relay.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
 
     async def _leader(self, wait_s: float) -> Target:
         """The leader and its peer address (peers reach each other there, even

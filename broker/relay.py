@@ -112,6 +112,11 @@ class RelayClient:
         self.messages = 0           # stream messages written, and the calls in them (tests, benchmarks)
         self.calls = 0
 
+    @property
+    def idle(self) -> bool:
+        """No call waits on this relay."""
+        return not self._pending and not self._queue
+
     async def call(self, method: str, request: bytes, metadata: Sequence[tuple[str, str]],
                    timeout: float | None) -> bytes:
         """Relay one unary call; its serialized answer, or RelayCallError

@@ -4,9 +4,11 @@ node processes: it returns what the Python reader returns, column by column,
 for every option it takes; a query it does not take goes to the Python
 reader; a follower SIGKILLed in the middle of a read, or a follower whose copy
 of an entry is damaged on disk, costs the read nothing: the range is read
-again from the next node. (Secured clusters: test_secure_live.py, both readers.)"""
+again from the next node; a read planned while the leader is dead gets the
+followers' committed range. (Secured clusters: test_secure_live.py, both readers.)"""
 from __future__ import annotations
 
+import asyncio
 import mmap
 import os
 import threading
@@ -147,6 +149,34 @@ def test_a_follower_killed_in_the_middle_of_a_read_costs_nothing(spark, tmp_path
         assert len(got) == len(want) and {r["index"]: bytes(r["body"]) for r in got} == want
     finally:
         c.stop_all()
+
+
+def test_a_read_planned_while_the_leader_is_dead_returns_the_committed_range(spark, tmp_path):
+    c = ProcessCluster(tmp_path, extra_args=NODE_ARGS)
+    c.start()
+    try:
+        leader = run(leader_of(c))
+        last = run(append(c, [b"before-kill-%d" % i for i in range(500)]))
+        run(wait_followers_committed(c, [n for n in c.addresses if n != leader], last))
+        c.kill(leader)
+        # Planned in the election (the followers' bounds), read from the followers.
+        got = {r["index"]: bytes(r["body"])
+               for r in live(spark, c, "jvm", endIndex=str(last)).select("index", "body").collect()}
+        want = {i: b for i, b in run(committed(c)).items() if i <= last}
+        assert got == want and len(want) >= 500
+    finally:
+        c.stop_all()
+
+
+async def wait_followers_committed(cluster: ProcessCluster, nodes: list[str], index: int) -> None:
+    async with DLedgerClient(list(cluster.addresses.values())) as client:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            answers = [await client.metadata(cluster.addresses[n]) for n in nodes]
+            if all(a is not None and a.committed_index >= index for a in answers):
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"the followers did not learn commit {index}")
 
 
 def test_a_copy_damaged_on_a_followers_disk_is_read_from_another_node(spark, tmp_path):

@@ -245,3 +245,48 @@ async def test_large_calls_are_split_over_stream_messages_and_one_larger_than_th
     assert answers == [body + b"||deadline" for body in bodies]
     # 400+400 | 400+400 | 400 (+3000 would pass the cap) | 3000 alone
     assert (client.messages, client.calls) == (4, 6)
+
+
+class _MemberState:
+    def add_listener(self, listener: Any) -> None:
+        pass
+
+
+class _Server:
+    member_state = _MemberState()
+
+
+async def test_a_relay_to_a_node_that_no_longer_leads_is_closed_once_idle_and_its_counts_kept() -> None:
+    from broker.config import BrokerConfig
+    from broker.forwarding import LeaderForwarder
+
+    echo = Echo()
+    ports = free_ports(3)
+    servers = [await start(echo, port) for port in ports]
+    first_leader, second_leader, third_leader = (f"127.0.0.1:{port}" for port in ports)
+    forwarder = None
+    try:
+        forwarder = LeaderForwarder(_Server(), BrokerConfig("g", ("127.0.0.1:1",)))  # type: ignore[arg-type]
+        first = forwarder._relay(first_leader)
+        assert await first.call(ECHO, b"a", TICKET, 5.0) == b"a||deadline"
+        echo.release.clear()   # a call still waiting on the first leader's relay...
+        held = asyncio.ensure_future(first.call(HOLD, b"held", TICKET, 5.0))
+        while echo.held == 0:
+            await asyncio.sleep(0.01)
+        second = forwarder._relay(second_leader)
+        assert set(forwarder._relays) == {first_leader, second_leader}   # ...keeps it open
+        echo.release.set()
+        assert await held == b"held"
+        await second.call(ECHO, b"b", TICKET, 5.0)
+        third = forwarder._relay(third_leader)   # the next leader: both earlier relays are idle now
+        assert set(forwarder._relays) == {third_leader}
+        await asyncio.sleep(0.1)
+        assert first._call is None and second._call is None   # their streams are closed
+        assert forwarder.counts()[:2] == (3, 3)   # the closed relays' calls and messages still count
+        assert await third.call(ECHO, b"c", TICKET, 5.0) == b"c||deadline"
+        assert forwarder.counts()[:2] == (4, 4)
+    finally:
+        if forwarder is not None:
+            await forwarder.close()
+        for server in servers:
+            await server.stop(0)
