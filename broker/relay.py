@@ -38,6 +38,7 @@ from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 import grpc
 
+from dledger.rpc.handler_capture import HandlerCapture
 from rpcgen.pydledger.relay.v1 import relay_pb2 as rpb
 from rpcgen.pydledger.relay.v1 import relay_pb2_grpc
 
@@ -263,20 +264,6 @@ class RelayClient:
 
 
 # ==================================================================== server
-class _HandlerCapture:
-    """Stands for a gRPC server to a generated `add_XServicer_to_server`,
-    keeping the handlers it registers."""
-
-    def __init__(self) -> None:
-        self.generic: list[grpc.GenericRpcHandler] = []
-
-    def add_generic_rpc_handlers(self, handlers: Iterable[grpc.GenericRpcHandler]) -> None:
-        self.generic.extend(handlers)
-
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
-        pass   # the generic handlers cover the same methods
-
-
 class _CallDetails(grpc.HandlerCallDetails):  # type: ignore[misc]
     def __init__(self, method: str) -> None:
         self.method = method
@@ -290,7 +277,7 @@ class RelayedHandlers:
 
     def __init__(self, register: Iterable[Callable[[Any], None]],
                  interceptors: Callable[[], list[grpc.aio.ServerInterceptor]]) -> None:
-        capture = _HandlerCapture()
+        capture = HandlerCapture()
         for add in register:
             add(capture)
         self._generic = capture.generic

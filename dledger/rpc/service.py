@@ -8,6 +8,7 @@ import grpc
 
 from dledger.errors import DLedgerError
 from dledger.rpc.edge import REJECTS, answer, fill_header
+from dledger.rpc.handler_capture import HandlerCapture
 from dledger.rpc.append_stream import serve_append_stream
 from dledger.rpc.peer_stream import serve_peer_stream
 from dledger.raw_run import RawRunResponse, serialize_read_response
@@ -16,31 +17,17 @@ from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
 
 
-class _Handlers:
-    """Stands in for a server to take the generated registration's handlers."""
-
-    def __init__(self) -> None:
-        self.service = ""
-        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
-
-    def add_generic_rpc_handlers(self, handlers: object) -> None:
-        pass
-
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
-        self.service, self.handlers = service, dict(handlers)
-
-
 def add_dledger_service(servicer: dledger_pb2_grpc.DLedgerServiceServicer, server: grpc.aio.Server) -> None:
     """The generated registration, but Read's answers may also be raw runs
     in wire form (dledger/raw_run.py), which its serializer writes as they are."""
-    taken = _Handlers()
+    taken = HandlerCapture()
     dledger_pb2_grpc.add_DLedgerServiceServicer_to_server(servicer, taken)
-    handlers = taken.handlers
+    [(service, handlers)] = taken.registered.items()
     handlers["Read"] = grpc.unary_stream_rpc_method_handler(
         servicer.Read, request_deserializer=pb.ReadRequest.FromString,
         response_serializer=serialize_read_response)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(taken.service, handlers),))
-    server.add_registered_method_handlers(taken.service, handlers)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)
 
 
 class DLedgerServicer(dledger_pb2_grpc.DLedgerServiceServicer):
