@@ -45,8 +45,9 @@ final class BatchTable implements Table, SupportsRead, SupportsWrite {
         this.python = python;
     }
 
-    private java.util.Set<String> topics() {
-        java.util.Set<String> topics = options != null ? options.topics : live.topics;
+    /** The topic filter, as the (serializable) factory holds it; null: every row. */
+    private java.util.HashSet<String> topics() {
+        Set<String> topics = options != null ? options.topics : live.topics;
         return topics == null ? null : new java.util.HashSet<>(topics);
     }
 
@@ -152,8 +153,7 @@ final class BatchTable implements Table, SupportsRead, SupportsWrite {
 
         @Override
         public PartitionReaderFactory createReaderFactory() {
-            java.util.Set<String> topics = topics();
-            return new Factory(read, topics == null ? null : new java.util.HashSet<>(topics));
+            return new Factory(read, topics());
         }
     }
 
@@ -165,14 +165,9 @@ final class BatchTable implements Table, SupportsRead, SupportsWrite {
     private List<LiveRange> planLive() throws IOException {
         live.access.check();
         LiveGroup.View view = LiveGroup.view(live.servers, live.group, live.access);
-        long first = live.startIndex != null ? live.startIndex
-                : live.startingIndex != null ? live.startingIndex : view.begin;
-        if (first < view.begin) {
-            throw new LogFilesException("startIndex " + first + " is below the first entry still in the log ("
-                    + view.begin + "); retention deleted the entries before it");
-        }
-        long last = live.endIndex == null ? view.committed : Math.min(live.endIndex, view.committed);
-        return LiveRange.plan(live, first, last, live.preferReplicas ? view.followers : List.of());
+        long[] range = LogFiles.batchRange(live.startIndex, live.startingIndex, live.endIndex, view.begin,
+                view.committed);
+        return LiveRange.plan(live, range[0], range[1], live.preferReplicas ? view.followers : List.of());
     }
 
     static final class Factory implements PartitionReaderFactory {

@@ -60,8 +60,8 @@ final class LiveGroup {
     static final class Refused extends IOException {
         private static final long serialVersionUID = 1L;
 
-        Refused(int code, String why) {
-            super((code == UNAUTHENTICATED || code == Grpc.UNAUTHENTICATED ? "UNAUTHENTICATED: " : "FORBIDDEN: ") + why
+        Refused(boolean unauthenticated, String why) {
+            super((unauthenticated ? "UNAUTHENTICATED: " : "FORBIDDEN: ") + why
                     + ". The cluster requires credentials the dledger source did not give or that it refuses: "
                     + "set the options user and secretFile (and tlsCa for TLS), or DLEDGER_USER, "
                     + "DLEDGER_SECRET_FILE and DLEDGER_TLS_CA before the Spark session starts; the user needs Sub "
@@ -171,7 +171,7 @@ final class LiveGroup {
             answer = connection.unary(SERVICE + "Metadata", request, PROBE_TIMEOUT_MS);
         } catch (Grpc.Failure failure) {
             if (failure.refused()) {
-                throw new Refused(failure.status, failure.getMessage());
+                throw new Refused(failure.status == Grpc.UNAUTHENTICATED, failure.getMessage());
             }
             return null;
         }
@@ -217,7 +217,7 @@ final class LiveGroup {
             }
         }
         if (outcome.code == UNAUTHENTICATED || outcome.code == FORBIDDEN) {
-            throw new Refused(outcome.code, address + ": " + outcome.message);
+            throw new Refused(outcome.code == UNAUTHENTICATED, address + ": " + outcome.message);
         }
         return outcome.code == SUCCESS ? node : null;
     }

@@ -58,8 +58,7 @@ final class LiveRuns implements Closeable {
             try {
                 message = call.next(sources.get(0) == null ? LEADER_DEADLINE_MS : REPLICA_DEADLINE_MS);
             } catch (Grpc.Failure failure) {
-                drop();
-                failed(failure, "");
+                failed(failure);
                 continue;
             }
             if (message == null) {
@@ -114,13 +113,11 @@ final class LiveRuns implements Closeable {
             }
         }
         if (outcome.code != LiveGroup.SUCCESS) {
-            drop();
             failed(outcome.code, target + ": code " + outcome.code + ": " + outcome.message, outcome.leaderAddress);
             return null;
         }
         String wrong = check(message, recordsAt, recordsLength, dataLength);
         if (wrong != null) {
-            drop();
             failed(0, target + ": " + wrong, "");
             return null;
         }
@@ -176,8 +173,7 @@ final class LiveRuns implements Closeable {
             call = connection.call(LiveGroup.SERVICE + "Read", request, 0);
             return true;
         } catch (Grpc.Failure failure) {
-            drop();
-            failed(failure, "");
+            failed(failure);
             return false;
         }
     }
@@ -187,17 +183,22 @@ final class LiveRuns implements Closeable {
         return view == null ? null : view.leader;
     }
 
-    private void failed(Grpc.Failure failure, String leaderAddress) throws IOException {
+    /** A call that failed in transport, or that the node refused (credentials, ACL). */
+    private void failed(Grpc.Failure failure) throws IOException {
         if (failure.refused()) {
-            throw new LiveGroup.Refused(failure.status, failure.getMessage());
+            throw new LiveGroup.Refused(failure.status == Grpc.UNAUTHENTICATED, failure.getMessage());
         }
-        failed(0, failure.getMessage(), leaderAddress);
+        failed(0, failure.getMessage(), "");
     }
 
-    /** A node failed (code: its DLedger code, 0 for a transport failure): wait, follow or fail over. */
+    /**
+     * A node failed (code: its DLedger code, 0 for a transport failure): its
+     * call is dropped; then wait, follow the leader it names, or fail over.
+     */
     private void failed(int code, String why, String leaderAddress) throws IOException {
+        drop();
         if (code == LiveGroup.UNAUTHENTICATED || code == LiveGroup.FORBIDDEN) {
-            throw new LiveGroup.Refused(code, why);
+            throw new LiveGroup.Refused(code == LiveGroup.UNAUTHENTICATED, why);
         }
         long waited = System.currentTimeMillis() - started;
         if (sources.get(0) == null) {

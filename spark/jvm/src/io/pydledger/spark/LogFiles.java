@@ -276,18 +276,25 @@ final class LogFiles {
         LogFiles files = locate(options.path, options.nodeId);
         List<Span> spans = files.spans();
         long[] bounds = files.bounds(spans, options.endIndex);
-        long begin = bounds[0], committed = bounds[1];
-        long first = options.startIndex != null ? options.startIndex
-                : options.startingIndex != null ? options.startingIndex : begin;
+        long[] range = batchRange(options.startIndex, options.startingIndex, options.endIndex, bounds[0], bounds[1]);
+        if (range[0] > range[1]) {
+            return new ArrayList<>();
+        }
+        return files.plan(spans, range[0], range[1], options.maxPartitionBytes, options.minPartitions);
+    }
+
+    /**
+     * The entries [first, last] a batch reads, as spark/data_source.py plans
+     * them: from startIndex, else startingOffsets as an index, else the log's
+     * beginning; up to endIndex, at most the committed index.
+     */
+    static long[] batchRange(Long startIndex, Long startingIndex, Long endIndex, long begin, long committed) {
+        long first = startIndex != null ? startIndex : startingIndex != null ? startingIndex : begin;
         if (first < begin) {
             throw new LogFilesException("startIndex " + first + " is below the first entry still in the log (" + begin
                     + "); retention deleted the entries before it");
         }
-        long last = options.endIndex == null ? committed : Math.min(options.endIndex, committed);
-        if (first > last) {
-            return new ArrayList<>();
-        }
-        return files.plan(spans, first, last, options.maxPartitionBytes, options.minPartitions);
+        return new long[] {first, endIndex == null ? committed : Math.min(endIndex, committed)};
     }
 
     List<FileRange> plan(List<Span> spans, long firstIndex, long lastIndex, long maxPartitionBytes,

@@ -147,13 +147,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         long bytes = 0;
         while (expected <= lastIndex && rows < BATCH_ROWS && bytes < BATCH_BYTES) {
             if (at + LogFiles.HEADER_SIZE > chunkLength) {
-                if (live == null) {
-                    advance(-1);
-                } else if (at < chunkLength) {
-                    reject(expected, relative + at, "a run ends inside an entry header");
-                } else {
-                    nextRun();
-                }
+                advance(-1);
                 continue;
             }
             byte[] b = chunk;
@@ -163,11 +157,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
                 continue;
             }
             if (at + size > chunkLength) {
-                if (live == null) {
-                    advance(size);
-                } else {
-                    reject(expected, relative + at, "a run ends inside an entry");
-                }
+                advance(size);
                 continue;
             }
             long index = LogFiles.int64(b, at + 8), pos = LogFiles.int64(b, at + 24);
@@ -237,8 +227,21 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
-    /** The next piece of the segment, from the entry at `at` on (size: that entry's, -1 when its header is cut). */
+    /**
+     * The next piece of the segment, from the entry at `at` on (size: that
+     * entry's, -1 when its header is cut). Reading runs: the next run, once
+     * this one is walked to its end (a run holds whole entries only).
+     */
     private void advance(int size) throws IOException {
+        if (live != null) {
+            if (at < chunkLength) {
+                reject(expected, relative + at, size < 0 ? "a run ends inside an entry header"
+                        : "a run ends inside an entry");
+            } else {
+                nextRun();
+            }
+            return;
+        }
         if (at == 0) {
             if (size < 0) {
                 throw damaged(expected, relative, "the segment ends before the committed entries do");
