@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import grpc
 import pyarrow as pa
 
+from cluster.process_cluster import ProcessCluster, find_leader
+from dledger.client import DLedgerClient
 from dledger.store.properties import read_properties
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
@@ -89,3 +91,29 @@ def topic_rows(servers: str, topic: str) -> list[dict]:
     part = LiveRange(addresses, "default", begin, committed)
     batches = list(scanned_record_batches(live_entries(part), frozenset({topic})))
     return pa.Table.from_batches(batches).to_pylist() if batches else []
+
+
+async def leader_of(cluster: ProcessCluster) -> str:
+    """The group's leader, once elected (a loaded machine: up to 60 s)."""
+    servers = list(cluster.addresses.values())
+    async with DLedgerClient(servers) as client:
+        return await find_leader(client, servers, timeout=60.0)
+
+
+async def committed_entries(servers: str | list[str]) -> dict[int, bytes]:
+    """index -> body of every committed NORMAL entry, as the leader serves them."""
+    async with DLedgerClient(servers) as client:
+        return {entry.index: entry.body async for entry in client.read()}
+
+
+async def wait_followers_committed(cluster: ProcessCluster, index: int, timeout: float = 15.0) -> None:
+    """Every node of the cluster has learnt that `index` is committed."""
+    servers = list(cluster.addresses.values())
+    async with DLedgerClient(servers) as client:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            answers = [await client.metadata(a) for a in servers]
+            if all(a is not None and a.committed_index >= index for a in answers):
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"followers did not learn commit {index}")

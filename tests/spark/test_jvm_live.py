@@ -8,7 +8,6 @@ again from the next node; a read planned while the leader is dead gets the
 followers' committed range. (Secured clusters: test_secure_live.py, both readers.)"""
 from __future__ import annotations
 
-import asyncio
 import mmap
 import os
 import threading
@@ -17,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.process_cluster import ProcessCluster, find_leader
+from cluster.process_cluster import ProcessCluster
 from dledger.client import DLedgerClient
-from tests.spark.helpers import run, send_messages
+from tests.spark.helpers import committed_entries, leader_of, run, send_messages, wait_followers_committed
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -52,24 +51,12 @@ def spark(spark_session):
     return spark_session
 
 
-async def leader_of(cluster: ProcessCluster) -> str:
-    servers = list(cluster.addresses.values())
-    async with DLedgerClient(servers) as client:
-        return await find_leader(client, servers, timeout=60.0)
-
-
 async def append(cluster: ProcessCluster, bodies: list[bytes]) -> int:
     async with DLedgerClient(list(cluster.addresses.values())) as client:
         last = 0
         for start in range(0, len(bodies), 100):
             last = (await client.append(bodies[start:start + 100])).last_index
         return last
-
-
-async def committed(cluster: ProcessCluster) -> dict[int, bytes]:
-    """index -> body of every committed NORMAL entry, as the leader serves them."""
-    async with DLedgerClient(list(cluster.addresses.values())) as client:
-        return {entry.index: entry.body async for entry in client.read()}
 
 
 def servers(cluster: ProcessCluster) -> str:
@@ -93,7 +80,7 @@ def plan(frame) -> str:  # noqa: ANN001
 
 
 def test_the_jvm_live_reader_reads_what_the_python_reader_reads(spark, cluster):
-    end = max(run(committed(cluster)))
+    end = max(run(committed_entries(servers(cluster))))
     for options in ({}, {"topic": "Payments"}, {"includeProperties": "false", "startIndex": "100"},
                     {"preferReplicas": "false", "minPartitions": "5"}, {"entriesPerPartition": "97"},
                     {"startingOffsets": "250", "endIndex": str(end - 30)}):
@@ -110,7 +97,7 @@ def test_the_jvm_live_reader_reads_what_the_python_reader_reads(spark, cluster):
 
 
 def test_pruned_columns_and_partitions(spark, cluster):
-    end = str(max(run(committed(cluster))))
+    end = str(max(run(committed_entries(servers(cluster)))))
     frame = live(spark, cluster, "auto", entriesPerPartition="200", endIndex=end).select("index", "topic")
     assert "dledger JVM reader live" in plan(frame)
     assert frame.rdd.getNumPartitions() >= 4
@@ -145,7 +132,7 @@ def test_a_follower_killed_in_the_middle_of_a_read_costs_nothing(spark, tmp_path
         c.kill(followers[0][1])
         reading.join(120)
         assert not reading.is_alive()
-        want = {i: b for i, b in run(committed(c)).items() if i <= last}
+        want = {i: b for i, b in run(committed_entries(servers(c))).items() if i <= last}
         assert len(got) == len(want) and {r["index"]: bytes(r["body"]) for r in got} == want
     finally:
         c.stop_all()
@@ -157,26 +144,15 @@ def test_a_read_planned_while_the_leader_is_dead_returns_the_committed_range(spa
     try:
         leader = run(leader_of(c))
         last = run(append(c, [b"before-kill-%d" % i for i in range(500)]))
-        run(wait_followers_committed(c, [n for n in c.addresses if n != leader], last))
+        run(wait_followers_committed(c, last))
         c.kill(leader)
         # Planned in the election (the followers' bounds), read from the followers.
         got = {r["index"]: bytes(r["body"])
                for r in live(spark, c, "jvm", endIndex=str(last)).select("index", "body").collect()}
-        want = {i: b for i, b in run(committed(c)).items() if i <= last}
+        want = {i: b for i, b in run(committed_entries(servers(c))).items() if i <= last}
         assert got == want and len(want) >= 500
     finally:
         c.stop_all()
-
-
-async def wait_followers_committed(cluster: ProcessCluster, nodes: list[str], index: int) -> None:
-    async with DLedgerClient(list(cluster.addresses.values())) as client:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            answers = [await client.metadata(cluster.addresses[n]) for n in nodes]
-            if all(a is not None and a.committed_index >= index for a in answers):
-                return
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"the followers did not learn commit {index}")
 
 
 def test_a_copy_damaged_on_a_followers_disk_is_read_from_another_node(spark, tmp_path):
@@ -194,7 +170,7 @@ def test_a_copy_damaged_on_a_followers_disk_is_read_from_another_node(spark, tmp
             time.sleep(0.2)
         frame = live(spark, c, "jvm", endIndex=str(last), minPartitions="1")  # one partition: that follower first
         got = {r["index"]: bytes(r["body"]) for r in frame.select("index", "body").collect()}
-        want = {i: b for i, b in run(committed(c)).items() if i <= last}
+        want = {i: b for i, b in run(committed_entries(servers(c))).items() if i <= last}
         assert got == want and any(b.startswith(marker) for b in got.values())
         assert damaged.read_bytes().find(marker) < 0  # still damaged: the read met it and went elsewhere
     finally:

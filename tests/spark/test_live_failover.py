@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from cluster.process_cluster import ProcessCluster, find_leader
+from cluster.process_cluster import ProcessCluster
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError, ResponseCode
 from spark import live_log
 from spark.live_log import PLANNING_TIMEOUT_S, committed_bounds, group_view, live_batches, live_entries
 from spark.partitions import LiveRange, plan_live_ranges
-from tests.spark.helpers import run
+from tests.spark.helpers import leader_of, run, wait_followers_committed
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
 NODE_ARGS = ["--data-file-size", str(4 << 20), "--max-entry-size", str(64 << 10), "--index-file-size", str(64 << 10), "--preallocate", "false"]
@@ -43,22 +43,6 @@ async def append(servers: tuple[str, ...], count: int, tag: str) -> dict[int, by
             result = await client.append(bodies)
             sent.update(zip(range(result.last_index - len(bodies) + 1, result.last_index + 1), bodies))
         return sent
-
-
-async def leader_of(cluster: ProcessCluster) -> str:
-    async with DLedgerClient(list(addresses(cluster))) as client:
-        return await find_leader(client, list(addresses(cluster)), timeout=60.0)  # a loaded machine
-
-
-async def wait_followers_committed(cluster: ProcessCluster, index: int, timeout: float = 15.0) -> None:
-    async with DLedgerClient(list(addresses(cluster))) as client:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            answers = [await client.metadata(a) for a in addresses(cluster)]
-            if all(a is not None and a.committed_index >= index for a in answers):
-                return
-            time.sleep(0.05)
-    raise AssertionError(f"followers did not learn commit {index}")
 
 
 def read_range(part: LiveRange, kill_after_first_chunk=None) -> dict[int, bytes]:  # noqa: ANN001

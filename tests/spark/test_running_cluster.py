@@ -13,7 +13,7 @@ from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 from spark.partitions import FileRange
 from store import codec
-from tests.spark.helpers import run, send_messages, wait_for_checkpoint
+from tests.spark.helpers import committed_entries, run, send_messages, wait_for_checkpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -37,12 +37,6 @@ def servers(cluster) -> str:
             return await find_leader(client, list(cluster.addresses.values()))
     run(leader())
     return ",".join(cluster.addresses.values())
-
-
-async def committed_entries(servers: str) -> dict[int, bytes]:
-    """index -> body of every committed NORMAL entry, as the leader serves them."""
-    async with DLedgerClient(servers) as client:
-        return {entry.index: entry.body async for entry in client.read()}
 
 
 def up_to(entries: dict[int, bytes], last: int) -> dict[int, bytes]:
