@@ -2,7 +2,9 @@
 sends one message at a time (`producer.send`, about 20 a second) and its
 SimpleConsumer receives and acks, while the leader of a three-node cluster is
 SIGKILLed, restarted and caught up (`--fault kill`), or SIGSTOPped for 3 s and
-resumed (`--fault pause`), round after round. Per round: the time from the
+resumed (`--fault pause`), round after round; the next round's fault comes 2 s
+after the client has sent and received again (at most 30 s after the last
+fault). Per round: the time from the
 fault to the next acknowledged send and to the next delivered message; over
 the run: every failed send, receive and ack (with the first errors), and
 every acknowledged send that was never delivered.
@@ -39,6 +41,11 @@ TOPIC, GROUP = "FailoverOfficial", "FailoverOfficialGroup"
 SEND_RATE = 20.0
 BEFORE_KILL_S = 2.0
 AFTER_KILL_S = 3.0
+# A round ends once the client has sent and received again after the fault
+# (or this long after it, the round's figure then missing). The next fault
+# comes BEFORE_KILL_S after that: a fault before the last one's recovery (a
+# node killed while calls it held as a front end still drain) is another test.
+RECOVERY_LIMIT_S = 30.0
 # A pause lasts several election timeouts (0.5-1 s): the group elects
 # another leader meanwhile, as the chaos harness's pause-leader does.
 PAUSE_S = 3.0
@@ -59,6 +66,15 @@ class Events:
             self.lines.append(event)
             if event["type"] == "started":
                 self.started.set()
+
+    async def recovered(self, fault_at: float, limit: float) -> None:
+        """Until a send was acknowledged and a message delivered after the
+        fault, or `limit` (time.monotonic())."""
+        while time.monotonic() < limit:
+            if self.first_after("send-ok", fault_at) is not None and \
+                    self.first_after("delivery", fault_at) is not None:
+                return
+            await asyncio.sleep(0.1)
 
     def first_after(self, kind: str, moment: float) -> float | None:
         times = [e["time"] for e in self.lines if e["type"] == kind and e["time"] >= moment]
@@ -100,6 +116,7 @@ async def run(rounds: int, base: Path, fault: str = "kill", front_ends: bool = T
                     await asyncio.sleep(PAUSE_S)
                     cluster.resume(leader)
                     await asyncio.sleep(AFTER_KILL_S - PAUSE_S if AFTER_KILL_S > PAUSE_S else 0.5)
+                await events.recovered(fault_at, fault_at + RECOVERY_LIMIT_S)
                 send = events.first_after("send-ok", fault_at)
                 delivery = events.first_after("delivery", fault_at)
                 row = {"round": number, "fault": fault, "node": leader,

@@ -294,6 +294,11 @@ async def test_a_leader_that_cannot_write_its_first_entry_steps_down_and_another
         raise LogError(ResponseCode.DISK_FULL, "no space left on the device (test)")
 
     full.store.append_as_leader = disk_full  # type: ignore[method-assign]
+    # The disk stays full for the whole test: the checkpointer's disk check
+    # (every 0.5 s here) would otherwise find room and clear the reason
+    # before a busy machine's poll below sees it.
+    real_check_disk = full.store.check_disk
+    full.store.check_disk = lambda: None  # type: ignore[method-assign]
     healthy = next(n for n in cluster.servers if n not in (leader, full.config.self_id))
     cluster.network.isolate(leader)
     # Both lose the leader; the healthy one holds back so the full one wins first.
@@ -327,6 +332,7 @@ async def test_a_leader_that_cannot_write_its_first_entry_steps_down_and_another
         assert not full.member_state.is_leader
     finally:
         full.store.append_as_leader = real_append  # type: ignore[method-assign]
+        full.store.check_disk = real_check_disk  # type: ignore[method-assign]
 
 
 async def test_the_catch_up_quota_throttles_a_follower_far_behind_not_a_busy_healthy_one(tmp_path):
