@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterable
 
 from dledger import failpoints
 from dledger.client import DLedgerClient
@@ -33,14 +34,60 @@ from dledger.config import DLedgerConfig
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Ports handed out lie below Linux's ephemeral range (32768 and up): a port
+# the kernel picked there could, while its node was down (killed, about to
+# be restarted on it), become the source port of some outgoing connection,
+# and the restart then failed "Address already in use". Each pytest-xdist
+# worker draws from its own slice, in order, so two workers, or two tests
+# of one, are not handed the same port; callers that use a port as a base
+# (base+100 metrics, base+300 front ends) find PORT_HEADROOM above it free.
+PORT_RANGE = (22000, 32500)
+PORT_HEADROOM = 500
+_next_port: dict[str, int] = {}
+
+
+def _port_slice() -> tuple[int, int]:
+    low, high = PORT_RANGE
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if worker.startswith("gw") and workers > 1:
+        span = (high - low) // workers
+        low += int(worker[2:]) % workers * span
+        high = low + span
+    return low, high - PORT_HEADROOM
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
+    """`count` ports nothing listens on, none handed out before by this
+    process (until its slice wraps round)."""
+    return [free_base_port((0,)) for _ in range(count)]
+
+
+def free_base_port(offsets: Iterable[int]) -> int:
+    """A base port B with B+offset free for every offset (`dledger cluster up
+    --base-port B` uses B+i, B+100+i, B+300+i...); nothing up to its highest
+    offset is handed out again by this process (until its slice wraps round)."""
+    wanted = sorted(set(offsets))
+    assert wanted[0] >= 0 and wanted[-1] < PORT_HEADROOM, wanted
+    low, high = _port_slice()
+    key = f"{low}-{high}"
+    base = _next_port.get(key) or low + os.getpid() % (high - low)
+    for _ in range(high - low):
+        if all(_bindable(base + offset) for offset in wanted):
+            after = base + wanted[-1] + 1
+            _next_port[key] = after if after < high else low
+            return base
+        base = base + 1 if base + 1 < high else low
+    raise OSError(f"no free ports at offsets {wanted} of a base in {low}-{high}")
 
 
 SMALL_NODE_FILES = ["--data-file-size", str(64 << 20), "--index-file-size", str(32 << 16),

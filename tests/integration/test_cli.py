@@ -6,9 +6,7 @@ import base64
 import json
 import os
 import queue
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +20,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from cluster import process_cluster
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as rmq
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
@@ -35,26 +34,12 @@ STATUS_KEYS = {"id", "address", "pid", "role", "term", "leader_id", "ledger_begi
 ENTRY_KEYS = {"index", "term", "body_base64"}
 
 
-def port_is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_base_port(nodes: int) -> int:
     """A base port whose gRPC, metrics, members' (mutual TLS, `--secure`)
     and front-end ports (base+i, base+100+i, base+200+i, base+300+i) are
     free (without base+200, a secured `cluster up` once met a peer port in
     use)."""
-    for _ in range(200):
-        base = random.randrange(30000, 60000)
-        ports = [base + offset + i for offset in (0, 100, 200, 300) for i in range(nodes)]
-        if all(port_is_free(p) for p in ports):
-            return base
-    raise RuntimeError("no free port range found")
+    return process_cluster.free_base_port(offset + i for offset in (0, 100, 200, 300) for i in range(nodes))
 
 
 def dledger(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -16,19 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cli import ROOT, dledger, dledger_json, port_is_free, wait_for
+from cluster.process_cluster import free_base_port
+from tests.integration.test_cli import ROOT, dledger, dledger_json, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def free_group_base_port() -> int:
-    import random
-    for _ in range(200):
-        base = random.randrange(30000, 60000)
-        ports = [base, base + 10, base + 90, base + 100, base + 110, base + 190, base + 300, base + 310]
-        if all(port_is_free(p) for p in ports):
-            return base
-    raise RuntimeError("no free port range found")
+    """Two groups of three, the name server and front ends (`cluster up --groups 2`)."""
+    return free_base_port(offset + 10 * g + i for offset in (0, 100, 300) for g in (0, 1) for i in range(3))
 
 
 @pytest.fixture

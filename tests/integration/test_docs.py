@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.process_cluster import ROOT, free_ports
+from cluster.process_cluster import ROOT, free_base_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -35,22 +35,10 @@ def runnable_blocks() -> list[tuple[str, int, str]]:
     return blocks
 
 
-def free_base_port() -> int:
+def free_docs_base_port() -> int:
     """A base port P with P..P+2, P+100..P+102 and P+300..P+302 free (as
     `cluster up` uses them)."""
-    for _ in range(50):
-        base = free_ports(1)[0]
-        if base + 302 > 65000:
-            continue
-        try:
-            import socket
-            for port in (*range(base, base + 3), *range(base + 100, base + 103), *range(base + 300, base + 303)):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free base port")
+    return free_base_port(offset + i for offset in (0, 100, 300) for i in range(3))
 
 
 def with_ports(text: str, base: int) -> str:
@@ -62,7 +50,7 @@ def with_ports(text: str, base: int) -> str:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     data = tmp_path_factory.mktemp("docs-cluster")
-    base = free_base_port()
+    base = free_docs_base_port()
     log = open(data / "cluster.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "cluster", "up", "--nodes", "3",
                              "--data-dir", str(data / "data"), "--base-port", str(base)],

@@ -31,7 +31,7 @@ from dledger.rpc.credentials import ClientSecurity, read_secret
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2 as npb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2_grpc
-from tests.integration.test_cli import port_is_free
+from cluster.process_cluster import free_base_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -39,13 +39,9 @@ ALICE_SECRET = "alice-secret-42"
 
 
 def free_secure_group_base_port() -> int:
-    import random
-    for _ in range(200):
-        base = random.randrange(30000, 60000)
-        ports = [base, base + 10, base + 90, base + 100, base + 110, base + 190, base + 200, base + 210, base + 290]
-        if all(port_is_free(p) for p in ports):
-            return base
-    raise RuntimeError("no free port range found")
+    """Two secured groups of three and the name server (clients, metrics, members' ports)."""
+    return free_base_port([*(offset + 10 * g + i for offset in (0, 100, 200) for g in (0, 1) for i in range(3)),
+                           90, 190, 290])
 
 
 class SecureGroups:
