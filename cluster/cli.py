@@ -39,9 +39,10 @@ import os
 import sys
 from typing import Any, Awaitable, Callable
 
-from cluster import broker_cli, security_cli
+from cluster import broker_cli, event_loop, security_cli
 from cluster.chaos.command import add_arguments as add_chaos_arguments
-from cluster.config import ConfigError, add_node_arguments, broker_settings_from_args, config_from_args
+from cluster.config import (ConfigError, add_node_arguments, broker_settings_from_args, config_from_args,
+                            event_loop_from_args)
 from cluster.cli_args import address_arg, non_negative_int, positive_float, positive_int, servers_arg
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError
@@ -232,12 +233,13 @@ def cmd_node(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         broker_settings = broker_settings_from_args(args)
+        loop = event_loop_from_args(args)
     except ConfigError as error:
         return fail("node", str(error), code=2)
     configure_logging(config.self_id, args.log_level)
     # Flags override the TOML file's [broker] table.
-    return asyncio.run(run_node(config, exit_with_parent=args.exit_with_parent,
-                                broker_settings={**broker_settings, **broker_cli.broker_settings(args)}))
+    return event_loop.run(run_node(config, exit_with_parent=args.exit_with_parent,
+                                   broker_settings={**broker_settings, **broker_cli.broker_settings(args)}), loop)
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:

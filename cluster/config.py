@@ -10,8 +10,8 @@ reachable without a flag of its own. `peers` may be a string
 Environment variables serve containers, whose entry point is fixed:
 `DLEDGER_<FIELD NAME>` sets any field (`DLEDGER_PEERS`, `DLEDGER_DATA_DIR`,
 `DLEDGER_FLUSH_MODE`, `DLEDGER_HEARTBEAT_INTERVAL_S`, ...), `DLEDGER_ID` is
-`self_id`, and `DLEDGER_CONFIG`, `DLEDGER_METRICS_PORT`, `DLEDGER_METRICS_HOST`
-stand for the flags of those names. An empty variable counts as unset; any
+`self_id`, and `DLEDGER_CONFIG`, `DLEDGER_METRICS_PORT`, `DLEDGER_METRICS_HOST` and
+`DLEDGER_EVENT_LOOP` stand for the flags of those names. An empty variable counts as unset; any
 other `DLEDGER_` variable is an error, so that a misspelt one does not go
 unnoticed. Flags override the environment, which overrides the file.
 
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from broker.config import BrokerConfig
+from cluster.event_loop import DEFAULT_EVENT_LOOP, EVENT_LOOPS, check_event_loop
 from dledger import failpoints
 from dledger.client import parse_servers
 from dledger.config import DLedgerConfig, FlushMode, PeerAddress, parse_peers, parse_routes
@@ -94,6 +95,8 @@ ENV_METRICS_PORT = "DLEDGER_METRICS_PORT"
 ENV_METRICS_HOST = "DLEDGER_METRICS_HOST"
 # The broker's name servers (a container's way to say --namesrv-addrs).
 ENV_NAMESRV_ADDRS = "DLEDGER_NAMESRV_ADDRS"
+# The node process's event loop (cluster/event_loop.py), --event-loop.
+ENV_EVENT_LOOP = "DLEDGER_EVENT_LOOP"
 DEFAULT_METRICS_HOST = "127.0.0.1"
 # Read by our clients, so a shell that exported them can still start nodes.
 CLIENT_ENV = frozenset({ENV_USER, ENV_SECRET_FILE, ENV_TLS_CA})
@@ -106,6 +109,7 @@ class EnvSettings:
     config_file: str | None = None
     metrics_port: int | None = None
     metrics_host: str | None = None
+    event_loop: str | None = None
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -120,6 +124,8 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the interface metrics listen on (default 127.0.0.1; 0.0.0.0 in a container)")
     for flag, field_name, metavar, help_text in TUNING_FLAGS:
         parser.add_argument(flag, dest=field_name, metavar=metavar, help=help_text)
+    parser.add_argument("--event-loop", choices=EVENT_LOOPS, metavar="asyncio|uvloop",
+                        help="the process's event loop (default asyncio; uvloop: see docs/running.md)")
     parser.add_argument("--join", dest="join", action="store_const", const=True,
                         help="join a running group: --peers names its current members and this node, which "
                              "waits until `dledger member add` adds it")
@@ -149,6 +155,20 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
     return build_config(values)
 
 
+def event_loop_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> str:
+    """The node's event loop: --event-loop, else DLEDGER_EVENT_LOOP, else asyncio's."""
+    flag = getattr(args, "event_loop", None)
+    if flag is not None:
+        where, name = "--event-loop", flag
+    else:
+        name = settings_from_env(os.environ if environ is None else environ).event_loop or DEFAULT_EVENT_LOOP
+        where = ENV_EVENT_LOOP
+    try:
+        return check_event_loop(name, where)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 def settings_from_env(environ: Mapping[str, str]) -> EnvSettings:
     """The `DLEDGER_` variables, each checked here so that an error names the
     variable rather than a field the user never typed."""
@@ -161,6 +181,8 @@ def settings_from_env(environ: Mapping[str, str]) -> EnvSettings:
             env.config_file = text
         elif variable == ENV_METRICS_HOST:
             env.metrics_host = text
+        elif variable == ENV_EVENT_LOOP:
+            env.event_loop = text
         elif variable == ENV_NAMESRV_ADDRS:
             continue  # a broker setting: broker_settings_from_args
         elif variable == failpoints.ENV_DIR:
@@ -185,7 +207,7 @@ def env_field_name(variable: str, hints: dict[str, Any]) -> str:
     if name not in hints:
         raise ConfigError(f"unknown environment variable {variable} "
                           f"(expected {ENV_PREFIX}<DLedgerConfig field name>, {ENV_ID}, {ENV_CONFIG}, "
-                          f"{ENV_METRICS_PORT} or {ENV_METRICS_HOST})")
+                          f"{ENV_METRICS_PORT}, {ENV_METRICS_HOST} or {ENV_EVENT_LOOP})")
     return name
 
 

@@ -26,6 +26,7 @@ from broker.config import BrokerConfig
 from broker.relay import RelayedHandlers, RelayServicer
 from broker.service import MessagingServicer
 from cluster.console.backend import Target
+from cluster.event_loop import loop_name
 from cluster.front_end import FrontEnd
 from cluster.metrics import NodeMetrics
 from dledger.tasks import set_crash_handler
@@ -164,11 +165,11 @@ class Node:
         for service in HEALTH_SERVICES:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         log.info("node started: group=%s address=%s listen=%s peers=%s metrics=%s data_dir=%s flush=%s tls=%s "
-                 "pid=%d", config.group, config.self_peer.address, config.bind_address,
+                 "loop=%s pid=%d", config.group, config.self_peer.address, config.bind_address,
                  ",".join(f"{p.id}={p.address}" for p in config.peers),
                  config.metrics_address or "-", config.data_dir, config.flush_mode.value,
                  ("mutual, clients on " + config.client_bind_address) if config.mutual_tls
-                 else "on" if self.tls.enabled else "off", os.getpid())
+                 else "on" if self.tls.enabled else "off", loop_name(), os.getpid())
 
     def _add_relay(self, messaging: MessagingServicer) -> None:
         """The relay of forwarded calls (broker/relay.py) on the port that

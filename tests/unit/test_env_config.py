@@ -153,3 +153,18 @@ async def test_the_health_check_passes_only_while_the_node_serves():
         await server.stop(None)
     healthy, message = await asyncio.to_thread(check, address, 1.0)
     assert not healthy and "UNAVAILABLE" in message
+
+
+def test_the_event_loop_comes_from_the_flag_then_the_variable_and_a_bad_one_is_named():
+    from cluster.config import event_loop_from_args
+
+    parser = argparse.ArgumentParser()
+    add_node_arguments(parser)
+    assert event_loop_from_args(parser.parse_args([]), {}) == "asyncio"
+    assert event_loop_from_args(parser.parse_args([]), {"DLEDGER_EVENT_LOOP": "uvloop"}) == "uvloop"
+    assert event_loop_from_args(parser.parse_args(["--event-loop", "asyncio"]),
+                                {"DLEDGER_EVENT_LOOP": "uvloop"}) == "asyncio"
+    with pytest.raises(ConfigError, match="DLEDGER_EVENT_LOOP: 'trio' is not an event loop"):
+        event_loop_from_args(parser.parse_args([]), {"DLEDGER_EVENT_LOOP": "trio"})
+    # The variable is the node's: the config reader accepts it beside the fields.
+    assert node_config({**CONTAINER_ENV, "DLEDGER_EVENT_LOOP": "uvloop"}).self_id == "n1"
