@@ -101,7 +101,9 @@ class QueueReader:
         if not directory.is_dir():
             return []
         found: list[tuple[int, int]] = []
-        for name in sorted(os.listdir(directory)):
+        # Segment files only: a node creates one as NAME.creating and renames
+        # it, and a listing taken meanwhile names a file gone a moment later.
+        for name in sorted(name for name in os.listdir(directory) if name.isdigit()):
             data = (directory / name).read_bytes()
             for at in range(0, len(data) - _UNIT.size + 1, _UNIT.size):
                 physical, size, _ = _UNIT.unpack_from(data, at)
