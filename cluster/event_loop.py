@@ -4,8 +4,8 @@ A node spends much of each request in the loop's own machinery (waking
 tasks, futures' callbacks, the selector, the hand-offs to the flush thread),
 and uvloop does that work in C over libuv. One append at a time, where that
 machinery is most of the work, measured 11% faster on 2 cores with uvloop
-(docs/running.md, "Event loop"); the batched paths did not move outside the
-noise. grpc.aio works on either: it polls in a thread of its own and wakes
+in eight alternated pairs, though not in two later benchmark runs, and the
+batched paths did not move outside the noise (docs/running.md, "Event loop"). grpc.aio works on either: it polls in a thread of its own and wakes
 the loop through a file descriptor, which any loop can watch.
 
 `dledger node --event-loop uvloop` (or DLEDGER_EVENT_LOOP=uvloop) chooses it.
