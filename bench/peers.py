@@ -43,13 +43,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import json
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 from bench import nats_peer
 from bench.proc_cpu import cpu_seconds_of
@@ -125,41 +126,31 @@ async def run_nats(args: argparse.Namespace) -> dict[str, Any]:
 
 async def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {"client": "pydledger"}
-    with tempfile.TemporaryDirectory(prefix="bench-peers-ours-") as base:
-        cluster = ProcessCluster(Path(base), extra_args=DEFAULT_NODE_FILES)
-        cluster.start()
-        try:
-            addresses = list(cluster.addresses.values())
-            async with DLedgerClient(addresses) as client:
-                leader = await find_leader(client, addresses)
-            servers = ",".join(addresses)
-            watch = CpuWatch({role_name(node, leader): proc.pid for node, proc in cluster.procs.items()})
-            for name, inflight, batch in (("log_1", 1, 1), ("log_128", 128, 1), ("log_128x64", 128, 64)):
-                if not _wanted(args, name):
-                    continue
-                watch.start()
-                result = await bench_append(servers, args.size, inflight, args.duration, batch)
-                line = log_line(result.to_json(), result.acked_entries)
-                line["cpu_us_per_message"] = watch.per_message(result.acked_entries)
-                figures[name] = line
-            for name, inflight, batch in (("send_128", 128, 1), ("send_16x64", 16, 64)):
-                if not _wanted(args, name):
-                    continue
-                watch.start()
-                sent = await bench_send(servers, "BenchPeers", args.size, inflight, batch, args.duration)
-                line = sent.to_json()
-                line["cpu_us_per_message"] = watch.per_message(sent.messages)
-                figures[name] = line
-            if _wanted(args, "receive_ack"):
-                consumed = await bench_consume(servers, "BenchPeersConsume", None, args.size,
-                                               args.consume_messages, 16, 32, 3 * args.duration,
-                                               on_start=watch.start)
-                line = consumed.to_json()
-                line["messages_per_s"] = line["acked_per_s"]
-                line["cpu_us_per_message"] = watch.per_message(consumed.messages)
-                figures["receive_ack"] = line
-        finally:
-            cluster.stop_all()
+    async with our_cluster("bench-peers-ours-") as (servers, watch):
+        for name, inflight, batch in (("log_1", 1, 1), ("log_128", 128, 1), ("log_128x64", 128, 64)):
+            if not _wanted(args, name):
+                continue
+            watch.start()
+            result = await bench_append(servers, args.size, inflight, args.duration, batch)
+            line = log_line(result.to_json(), result.acked_entries)
+            line["cpu_us_per_message"] = watch.per_message(result.acked_entries)
+            figures[name] = line
+        for name, inflight, batch in (("send_128", 128, 1), ("send_16x64", 16, 64)):
+            if not _wanted(args, name):
+                continue
+            watch.start()
+            sent = await bench_send(servers, "BenchPeers", args.size, inflight, batch, args.duration)
+            line = sent.to_json()
+            line["cpu_us_per_message"] = watch.per_message(sent.messages)
+            figures[name] = line
+        if _wanted(args, "receive_ack"):
+            consumed = await bench_consume(servers, "BenchPeersConsume", None, args.size,
+                                           args.consume_messages, 16, 32, 3 * args.duration,
+                                           on_start=watch.start)
+            line = consumed.to_json()
+            line["messages_per_s"] = line["acked_per_s"]
+            line["cpu_us_per_message"] = watch.per_message(consumed.messages)
+            figures["receive_ack"] = line
     if not args.skip_official and _wanted(args, "official_128", "official_receive") \
             and importlib.util.find_spec("rocketmq") is not None:
         figures.update(await run_official(args))
@@ -173,32 +164,39 @@ async def run_official(args: argparse.Namespace) -> dict[str, Any]:
     took the first address that answered, which was the leader in one run
     of three: its figures then depended on which node had won the election.)"""
     figures: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-peers-official-") as base:
-        cluster = ProcessCluster(Path(base), extra_args=DEFAULT_NODE_FILES, front_ends=True)
+    async with our_cluster("bench-peers-official-", front_ends=True) as (servers, watch):
+        if _wanted(args, "official_128"):
+            await ensure_topic(servers, "BenchPeers")
+            watch.start()
+            official = official_send(servers, "BenchPeers", args.size, 128, args.duration)
+            official["cpu_us_per_message"] = watch.per_message(official["messages"], official.pop("client_cpu_s"))
+            figures["official_128"] = official
+        if _wanted(args, "official_receive"):
+            await ensure_topic(servers, "BenchPeersOfficial")
+            await prefill(servers, "BenchPeersOfficial", args.size, args.official_consume_messages)
+            watch.start()
+            official = official_consume(servers, "BenchPeersOfficial", args.official_consume_messages, 4, 32,
+                                        max(30.0, 3 * args.duration))
+            official["cpu_us_per_message"] = watch.per_message(official["messages"], official.pop("client_cpu_s"))
+            figures["official_receive"] = official
+    return figures
+
+
+@contextlib.asynccontextmanager
+async def our_cluster(prefix: str, front_ends: bool = False) -> AsyncIterator[tuple[str, CpuWatch]]:
+    """Three node processes with DLedger's default file sizes, once one
+    leads: their addresses and a CpuWatch naming the leader."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as base:
+        cluster = ProcessCluster(Path(base), extra_args=DEFAULT_NODE_FILES, front_ends=front_ends)
         cluster.start()
         try:
             addresses = list(cluster.addresses.values())
             async with DLedgerClient(addresses) as client:
                 leader = await find_leader(client, addresses)
-            servers = ",".join(addresses)
-            watch = CpuWatch({role_name(node, leader): proc.pid for node, proc in cluster.procs.items()})
-            if _wanted(args, "official_128"):
-                await ensure_topic(servers, "BenchPeers")
-                watch.start()
-                official = official_send(servers, "BenchPeers", args.size, 128, args.duration)
-                official["cpu_us_per_message"] = watch.per_message(official["messages"], official.pop("client_cpu_s"))
-                figures["official_128"] = official
-            if _wanted(args, "official_receive"):
-                await ensure_topic(servers, "BenchPeersOfficial")
-                await prefill(servers, "BenchPeersOfficial", args.size, args.official_consume_messages)
-                watch.start()
-                official = official_consume(servers, "BenchPeersOfficial", args.official_consume_messages, 4, 32,
-                                            max(30.0, 3 * args.duration))
-                official["cpu_us_per_message"] = watch.per_message(official["messages"], official.pop("client_cpu_s"))
-                figures["official_receive"] = official
+            yield ",".join(addresses), CpuWatch({role_name(node, leader): proc.pid
+                                                 for node, proc in cluster.procs.items()})
         finally:
             cluster.stop_all()
-    return figures
 
 
 def role_name(node: str, leader: str) -> str:

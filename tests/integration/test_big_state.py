@@ -46,11 +46,22 @@ async def terms(cluster: ProcessCluster) -> dict[str, tuple[int, str]]:
         return found
 
 
+async def agreed_terms(cluster: ProcessCluster, leader: str, timeout_s: float = 10.0) -> dict[str, tuple[int, str]]:
+    """terms() once every node knows the leader (a follower that has not had
+    its first heartbeat yet reports term 0 and no leader)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while len(set((found := await terms(cluster)).values())) != 1 or found[leader][1] != leader:
+        assert loop.time() < deadline, f"the nodes do not agree on a leader: {found}"
+        await asyncio.sleep(0.2)
+    return found
+
+
 async def test_a_hundred_thousand_pending_timers_do_not_cost_the_leader_its_term(cluster):
     async with AdminClient(servers(cluster)) as admin:
         await admin.create_topic("Later", 8, "delay")
     leader = await leader_of(cluster)
-    before = await terms(cluster)
+    before = await agreed_terms(cluster, leader)
     batches = iter(range(0, TIMERS, BATCH))
     async with Producer(servers(cluster)) as producer:
 
