@@ -5,7 +5,8 @@ tasks, futures' callbacks, the selector, the hand-offs to the flush thread),
 and uvloop does that work in C over libuv. One append at a time, where that
 machinery is most of the work, measured 11% faster on 2 cores with uvloop
 in eight alternated pairs, though not in two later benchmark runs, and the
-batched paths did not move outside the noise (docs/running.md, "Event loop"). grpc.aio works on either: it polls in a thread of its own and wakes
+batched paths did not move outside the noise (docs/running.md, "Event
+loop"). grpc.aio works on either: it polls in a thread of its own and wakes
 the loop through a file descriptor, which any loop can watch.
 
 `dledger node --event-loop uvloop` (or DLEDGER_EVENT_LOOP=uvloop) chooses it.
@@ -13,7 +14,6 @@ the loop through a file descriptor, which any loop can watch.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from typing import Coroutine, TypeVar
 
 T = TypeVar("T")
@@ -23,11 +23,9 @@ DEFAULT_EVENT_LOOP = "asyncio"
 
 
 def check_event_loop(name: str, where: str) -> str:
-    """`name` if it is a loop this process can run; ValueError naming `where` otherwise."""
+    """`name` if it names a loop (uvloop is a base dependency); ValueError naming `where` otherwise."""
     if name not in EVENT_LOOPS:
         raise ValueError(f"{where}: {name!r} is not an event loop (asyncio or uvloop)")
-    if name == "uvloop" and importlib.util.find_spec("uvloop") is None:
-        raise ValueError(f"{where}: uvloop is not installed here (pip install uvloop)")
     return name
 
 

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # (base+100 metrics, base+300 front ends) find PORT_HEADROOM above it free.
 PORT_RANGE = (22000, 32500)
 PORT_HEADROOM = 500
-_next_port: dict[str, int] = {}
+_next_port: int | None = None     # where this process looks next
 
 
 def _port_slice() -> tuple[int, int]:
@@ -76,15 +76,15 @@ def free_base_port(offsets: Iterable[int]) -> int:
     """A base port B with B+offset free for every offset (`dledger cluster up
     --base-port B` uses B+i, B+100+i, B+300+i...); nothing up to its highest
     offset is handed out again by this process (until its slice wraps round)."""
+    global _next_port
     wanted = sorted(set(offsets))
     assert wanted[0] >= 0 and wanted[-1] < PORT_HEADROOM, wanted
     low, high = _port_slice()
-    key = f"{low}-{high}"
-    base = _next_port.get(key) or low + os.getpid() % (high - low)
+    base = _next_port if _next_port is not None else low + os.getpid() % (high - low)
     for _ in range(high - low):
         if all(_bindable(base + offset) for offset in wanted):
             after = base + wanted[-1] + 1
-            _next_port[key] = after if after < high else low
+            _next_port = after if after < high else low
             return base
         base = base + 1 if base + 1 < high else low
     raise OSError(f"no free ports at offsets {wanted} of a base in {low}-{high}")

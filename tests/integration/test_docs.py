@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.process_cluster import ROOT, free_base_port
+from cluster.process_cluster import ROOT
+from tests.integration.test_cli import free_base_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -35,12 +36,6 @@ def runnable_blocks() -> list[tuple[str, int, str]]:
     return blocks
 
 
-def free_docs_base_port() -> int:
-    """A base port P with P..P+2, P+100..P+102 and P+300..P+302 free (as
-    `cluster up` uses them)."""
-    return free_base_port(offset + i for offset in (0, 100, 300) for i in range(3))
-
-
 def with_ports(text: str, base: int) -> str:
     def move(match: re.Match[str]) -> str:
         return str(base + int(match.group(0)) - DOCUMENTED_BASE_PORT)
@@ -50,7 +45,7 @@ def with_ports(text: str, base: int) -> str:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     data = tmp_path_factory.mktemp("docs-cluster")
-    base = free_docs_base_port()
+    base = free_base_port(3)
     log = open(data / "cluster.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "cluster", "up", "--nodes", "3",
                              "--data-dir", str(data / "data"), "--base-port", str(base)],

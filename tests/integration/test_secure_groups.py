@@ -25,13 +25,12 @@ import pytest
 from broker.client import Message, Producer
 from broker.client.config import ClientConfig
 from cluster import certs
-from cluster.process_cluster import ROOT
+from cluster.process_cluster import ROOT, free_base_port
 from dledger.rpc import tls
 from dledger.rpc.credentials import ClientSecurity, read_secret
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2 as npb
 from rpcgen.pydledger.namesrv.v1 import namesrv_pb2_grpc
-from cluster.process_cluster import free_base_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
