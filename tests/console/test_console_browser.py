@@ -81,6 +81,23 @@ def _wait(driver, condition, timeout: float = 20.0):
     return WebDriverWait(driver, timeout, poll_frequency=0.2).until(condition)
 
 
+def _click_row(driver, selector: str, text: str) -> bool:
+    """Click the first row of `selector` showing `text`; False (look again)
+    when none does yet or the page redrew its table between the look and
+    the click (it refreshes itself)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        row = next((r for r in driver.find_elements(By.CSS_SELECTOR, selector) if text in r.text), None)
+        if row is None:
+            return False
+        row.click()
+    except StaleElementReferenceException:
+        return False
+    return True
+
+
 def _text(driver, element_id: str) -> str:
     from selenium.webdriver.common.by import By
 
@@ -147,7 +164,7 @@ def test_the_console_shows_the_cluster_finds_a_message_and_resets_a_group(cluste
     # A reset to the earliest offsets, confirmed in the page's dialog.
     browser.get(cluster.console_url(follower) + "#groups")
     _wait(browser, lambda d: GROUP in _text(d, "groups"))
-    next(row for row in browser.find_elements(By.CSS_SELECTOR, "#groups tr.clickable") if GROUP in row.text).click()
+    _wait(browser, lambda d: _click_row(d, "#groups tr.clickable", GROUP))
     _wait(browser, lambda d: TOPIC in _text(d, "progress"))
     _wait(browser, lambda d: [o.get_attribute("value") for o in
                               d.find_elements(By.CSS_SELECTOR, "#reset-topic option")] == [TOPIC])
@@ -186,7 +203,7 @@ def test_a_cancelled_reset_changes_nothing(cluster, browser):
     before = asyncio.run(committed())
     browser.get(cluster.console_url(cluster.ids[0]) + "#groups")
     _wait(browser, lambda d: GROUP in _text(d, "groups"))
-    next(row for row in browser.find_elements(By.CSS_SELECTOR, "#groups tr.clickable") if GROUP in row.text).click()
+    _wait(browser, lambda d: _click_row(d, "#groups tr.clickable", GROUP))
     _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#reset-topic option"))
     Select(browser.find_element(By.ID, "reset-mode")).select_by_value("latest")
     browser.find_element(By.ID, "reset-button").click()

@@ -165,6 +165,12 @@ async def test_a_check_back_finds_the_producer_after_leadership_moves(cluster):
         leader = await leader_of(cluster)
         successor = next(n for n in cluster.ids if n != leader)
         async with DLedgerClient(list(cluster.addresses.values())) as client:
+            # The successor must be up and following: a transfer to a node
+            # not listening yet is refused (TAKE_LEADERSHIP_FAILED), not retried.
+            deadline = time.monotonic() + 30
+            while (meta := await client.metadata(cluster.addresses[successor])) is None or meta.leader_id != leader:
+                assert time.monotonic() < deadline, f"{successor} never followed {leader}"
+                await asyncio.sleep(0.1)
             await client.leadership_transfer(successor)
         receipt = await producer.begin_transaction().send(Message("Moved", b"undecided"))
         deadline = time.monotonic() + 30
