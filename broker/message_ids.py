@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
+from collections import deque
 from typing import Iterator, NamedTuple
 
 from dledger.entry import CHANNEL_STATE_MACHINE, HEADER, HEADER_SIZE, MAGIC_NORMAL
@@ -47,43 +47,84 @@ class StoredMessage(NamedTuple):
 
 
 Key = tuple[str, str]  # (topic, message id)
+# (entry index, queue id, queue offset, physical offset, topic): a plain
+# tuple of ints and a str, which the garbage collector stops tracking the
+# first time it sees it (the key too: two strs).
+Row = tuple[int, int, int, int, str]
+# The table is a few plain dicts, each holding the ids of a quarter of the
+# window's entries, not one OrderedDict: a full collection walks an
+# OrderedDict's every link (26 ms for 200,000 ints on an idle machine, over
+# 100 ms on a busy one, with its rows as objects), while a plain dict of
+# untracked keys and rows is itself untracked. A leader's heartbeats waited
+# for those collections (tests/integration/test_big_state.py).
+GENERATIONS = 4
+
+
+def _row(index: int, queue_id: int, queue_offset: int, physical_offset: int, topic: str) -> Row:
+    return (index, queue_id, queue_offset, physical_offset, topic)
+
+
+def _stored(row: Row) -> StoredMessage:
+    return StoredMessage(row[1], row[2], row[3], row[4])
 
 
 class MessageIdTable:
     def __init__(self, window: int) -> None:
         self.window = window
-        # Applied messages in log order, each with its entry's index.
-        self._table: OrderedDict[Key, tuple[int, StoredMessage]] = OrderedDict()
+        self._span = max(1, window // GENERATIONS)
+        # Applied messages in log order: (first entry index, its dict), newest
+        # last. A generation is dropped once all of it is out of the window;
+        # until then a lookup checks the row's index against the window.
+        self._generations: deque[tuple[int, dict[Key, Row]]] = deque()
+        self._latest = -1            # the entry index of the last message added
         # The leader's: committed sends its apply loop has not reached yet.
         self._committed: dict[Key, StoredMessage] = {}
-        # While the rebuild runs: what it has read so far (older than _table).
-        self._older: dict[Key, tuple[int, StoredMessage]] = {}
+        # While the rebuild runs: what it has read so far (older than the rest).
+        self._older: dict[Key, Row] = {}
         self.rebuilt = asyncio.Event()
 
-    def __len__(self) -> int:
-        return len(self._table)
+    def rows(self) -> Iterator[tuple[Key, Row]]:
+        """The ids in the window, oldest first."""
+        oldest = self._latest - self.window
+        newest = {key: row for _, generation in self._generations for key, row in generation.items()
+                  if row[0] > oldest}
+        return iter(sorted(newest.items(), key=lambda item: item[1][0]))
 
     def on_arrival(self, request: DispatchRequest, index: int) -> None:
         message_id = request.uniq_key
         if message_id:
             key = (request.topic, message_id)
             self._committed.pop(key, None)
-            self._add(key, index, StoredMessage(request.queue_id, request.queue_offset, request.physical_offset,
-                                                request.topic))
+            self._add(key, _row(index, request.queue_id, request.queue_offset, request.physical_offset,
+                                request.topic))
 
-    def _add(self, key: Key, index: int, stored: StoredMessage) -> None:
-        table = self._table
-        table[key] = (index, stored)
-        table.move_to_end(key)
-        oldest = index - self.window
-        while next(iter(table.values()))[0] <= oldest:
-            table.popitem(last=False)
+    def _add(self, key: Key, row: Row) -> None:
+        index = row[0]
+        generations = self._generations
+        if not generations or index - generations[-1][0] >= self._span:
+            generations.append((index, {}))
+        generations[-1][1][key] = row
+        self._latest = index
+        self._drop_old()
+
+    def _drop_old(self) -> None:
+        """The oldest generation goes once the next one begins inside the window."""
+        generations = self._generations
+        while len(generations) > 1 and generations[1][0] <= self._latest - self.window + 1:
+            generations.popleft()
+
+    def _find(self, key: Key) -> Row | None:
+        for _, generation in reversed(self._generations):
+            row = generation.get(key)
+            if row is not None:
+                return row if row[0] > self._latest - self.window else None
+        return None
 
     def remember(self, message_id: str, stored: StoredMessage) -> None:
         """Called by the leader as soon as a send commits: from then until
         the apply loop reaches the message, a retry must find it here too."""
         key = (stored.topic, message_id)
-        if key not in self._table:
+        if self._find(key) is None:
             self._committed[key] = stored
             if len(self._committed) > self.window:
                 self._committed.pop(next(iter(self._committed)))
@@ -93,8 +134,8 @@ class MessageIdTable:
         found = self._committed.get(key)
         if found is not None:
             return found
-        known = self._table.get(key) or self._older.get(key)
-        return known[1] if known is not None else None
+        known = self._find(key) or self._older.get(key)
+        return _stored(known) if known is not None else None
 
     # -------------------------------------------------------------- rebuild
     async def rebuild(self, server: DLedgerServer, upto: int, batch_bytes: int, untagged: bool = False) -> int:
@@ -103,7 +144,7 @@ class MessageIdTable:
         loop between slices, and put them before what was applied since.
         Returns how many were read."""
         try:
-            older: OrderedDict[Key, tuple[int, StoredMessage]] = OrderedDict()
+            older: dict[Key, Row] = {}
             self._older = older
             log_store = server.store
             start = max(upto - self.window + 1, log_store.ledger_begin_index, 0)
@@ -114,9 +155,8 @@ class MessageIdTable:
                 for index, request in _messages(memoryview(data), count, untagged):
                     if request.uniq_key:
                         key = (request.topic, request.uniq_key)
-                        older[key] = (index, StoredMessage(request.queue_id, request.queue_offset,
-                                                           request.physical_offset, request.topic))
-                        older.move_to_end(key)
+                        older[key] = _row(index, request.queue_id, request.queue_offset,
+                                          request.physical_offset, request.topic)
                 start += count
                 await asyncio.sleep(0)
             self._merge(older)
@@ -126,17 +166,14 @@ class MessageIdTable:
             self._older = {}
             self.rebuilt.set()
 
-    def _merge(self, older: OrderedDict[Key, tuple[int, StoredMessage]]) -> None:
-        applied = self._table
-        for key, value in applied.items():
-            older[key] = value
-            older.move_to_end(key)
-        self._table = older
-        if older:
-            latest = next(reversed(older.values()))[0]
-            oldest = latest - self.window
-            while older and next(iter(older.values()))[0] <= oldest:
-                older.popitem(last=False)
+    def _merge(self, older: dict[Key, Row]) -> None:
+        """The rebuilt ids become the oldest generation: all of them lie
+        before the entries applied since the start."""
+        if not older:
+            return
+        self._generations.appendleft((min(row[0] for row in older.values()), older))
+        self._latest = max(self._latest, max(row[0] for row in older.values()))
+        self._drop_old()
 
 
 def _messages(data: memoryview, count: int, untagged: bool) -> Iterator[tuple[int, DispatchRequest]]:

@@ -10,6 +10,7 @@ closes.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -85,6 +86,18 @@ def configure_logging(node_id: str, level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+def freeze_start_up_objects() -> None:
+    """What the start-up made (modules, classes, functions, servers, the
+    state loaded from files) lives as long as the process: moved out of the
+    collector's generations (after a collection, so that no garbage is kept),
+    a full collection walks only what came later. Full collections run on
+    the event loop: with 45,000 start-up objects each took 30-60 ms of a busy
+    machine's CPU, several hundred ms of wall time while the process waited
+    for a core, and a leader's heartbeats waited as long."""
+    gc.collect()
+    gc.freeze()
 
 
 class Node:
@@ -164,6 +177,7 @@ class Node:
             self._serve_metrics(config.metrics_address)
         for service in HEALTH_SERVICES:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        freeze_start_up_objects()
         log.info("node started: group=%s address=%s listen=%s peers=%s metrics=%s data_dir=%s flush=%s tls=%s "
                  "loop=%s pid=%d", config.group, config.self_peer.address, config.bind_address,
                  ",".join(f"{p.id}={p.address}" for p in config.peers),

@@ -62,6 +62,7 @@ from store.captured_dict import Captures, DictCapture
 from store.slices import map_in_slices
 from store.config_manager import Capture, ConfigManager
 from store.packed_columns import pack_ints, pack_json, unpack_ints, unpack_json
+from store.recent_map import RecentMap
 from store.system_entry import SystemKind
 
 log = logging.getLogger(__name__)
@@ -514,7 +515,9 @@ class PopStateManager(ConfigManager):
         self._recent: OrderedDict[tuple[str, str], RecentReceive] = OrderedDict()
         # Derived from the ops applied, not snapshotted: only read back by the
         # leader right after its own entry is applied (see lease_end).
-        self._ended: OrderedDict[tuple[QueueKey, int, int], LeaseEnd] = OrderedDict()
+        # (how, successor) of recently ended leases: plain tuples in a
+        # RecentMap, which the garbage collector does not walk.
+        self._ended: RecentMap[tuple[QueueKey, int, int], tuple[str, int | None]] = RecentMap(ENDED_LEASES_KEPT)
         self._restore: _Restore | None = None
 
     # ------------------------------------------------------------- queries
@@ -535,12 +538,12 @@ class PopStateManager(ConfigManager):
         current or ended too long ago to be remembered."""
         key = (group, topic, queue_id)
         end = self._ended.get((key, offset, lease))
-        while end is not None and end.how == CHANGED and end.successor is not None:
-            renewed = self._ended.get((key, offset, end.successor))
+        while end is not None and end[0] == CHANGED and end[1] is not None:
+            renewed = self._ended.get((key, offset, end[1]))
             if renewed is None:
-                return end
+                break
             end = renewed
-        return end
+        return LeaseEnd(*end) if end is not None else None
 
     def next_deadline(self, group: str, topic: str) -> int | None:
         deadlines = [d for q in self.queues_of(group, topic).values() if (d := q.next_deadline()) is not None]
@@ -674,9 +677,7 @@ class PopStateManager(ConfigManager):
             self._recent.popitem(last=False)
 
     def _record_end(self, key: QueueKey, offset: int, lease: int, end: LeaseEnd) -> None:
-        self._ended[(key, offset, lease)] = end
-        if len(self._ended) > ENDED_LEASES_KEPT:
-            self._ended.popitem(last=False)
+        self._ended.put((key, offset, lease), (end.how, end.successor))
 
     def _set_queue(self, key: QueueKey, queue: PopQueue) -> PopQueue:
         self.queues[key] = queue

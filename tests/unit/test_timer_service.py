@@ -114,7 +114,8 @@ async def test_a_level_message_is_due_its_levels_delay_after_it_was_sent(cluster
     answer = await broker.sender.send([protocol_message("T", b"level2", user={"DELAY": "2"})])  # 5 s
     assert answer.status.code == pb.OK and answer.entries[0].recall_handle
     await cluster.wait_applied()
-    [timer] = broker.timers.state.pending.values()
+    [offset] = broker.timers.state.pending
+    timer = broker.timers.state.get(offset)
     sent_at = timer.due_ms - 5_000
     assert cluster.clock() - 5_000 < sent_at <= cluster.clock()
     assert broker.timers.state.due(timer.due_ms - 1, 10) == [] and broker.timers.state.due(timer.due_ms, 10)

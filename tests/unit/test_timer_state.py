@@ -2,6 +2,7 @@
 hand with what the apply loop would feed it, no sockets, no clock."""
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -136,3 +137,14 @@ def test_delay_levels_are_rocketmqs_and_a_level_beyond_the_last_is_the_last(leve
 def test_delay_levels_refuse_notation_they_cannot_read():
     with pytest.raises(ValueError):
         DelayLevels.parse("1s 5x")
+
+
+def test_pending_timers_are_not_walked_by_the_garbage_collector(state: TimerState):
+    # A full collection walks every tracked object: a million pending timers
+    # held as objects made each one a stall of the event loop (a leader's
+    # heartbeats late). Held as plain tuples, the collector drops them.
+    for index in range(1, 1_001):
+        state.on_arrival(timed(index, 100 + index), index)
+    gc.collect()
+    assert not any(gc.is_tracked(row) for row in state.pending.values())
+    assert state.get(5) == Timer(5, 105, "id5", "T", 0, 5)
