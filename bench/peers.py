@@ -124,9 +124,9 @@ async def run_nats(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
-async def run_ours(args: argparse.Namespace) -> dict[str, Any]:
+async def run_ours(args: argparse.Namespace, terms: dict[str, dict[str, int]]) -> dict[str, Any]:
     figures: dict[str, Any] = {"client": "pydledger"}
-    async with our_cluster("bench-peers-ours-") as (servers, watch):
+    async with our_cluster("bench-peers-ours-", terms=terms) as (servers, watch):
         for name, inflight, batch in (("log_1", 1, 1), ("log_128", 128, 1), ("log_128x64", 128, 64)):
             if not _wanted(args, name):
                 continue
@@ -153,18 +153,18 @@ async def run_ours(args: argparse.Namespace) -> dict[str, Any]:
             figures["receive_ack"] = line
     if not args.skip_official and _wanted(args, "official_128", "official_receive") \
             and importlib.util.find_spec("rocketmq") is not None:
-        figures.update(await run_official(args))
+        figures.update(await run_official(args, terms))
     return figures
 
 
-async def run_official(args: argparse.Namespace) -> dict[str, Any]:
+async def run_official(args: argparse.Namespace, terms: dict[str, dict[str, int]]) -> dict[str, Any]:
     """The official client's workloads, on a cluster of their own with front
     ends (as `dledger cluster up` runs): routes send the client to a
     follower's front end, whichever node leads. (On the nodes' own ports it
     took the first address that answered, which was the leader in one run
     of three: its figures then depended on which node had won the election.)"""
     figures: dict[str, Any] = {}
-    async with our_cluster("bench-peers-official-", front_ends=True) as (servers, watch):
+    async with our_cluster("bench-peers-official-", front_ends=True, terms=terms) as (servers, watch):
         if _wanted(args, "official_128"):
             await ensure_topic(servers, "BenchPeers")
             watch.start()
@@ -183,9 +183,13 @@ async def run_official(args: argparse.Namespace) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def our_cluster(prefix: str, front_ends: bool = False) -> AsyncIterator[tuple[str, CpuWatch]]:
+async def our_cluster(prefix: str, front_ends: bool = False, terms: dict[str, dict[str, int]] | None = None
+                      ) -> AsyncIterator[tuple[str, CpuWatch]]:
     """Three node processes with DLedger's default file sizes, once one
-    leads: their addresses and a CpuWatch naming the leader."""
+    leads: their addresses and a CpuWatch naming the leader. With `terms`,
+    records the cluster's term once a leader is elected and after the
+    workloads, under the cluster's name: every election in between was
+    spurious (no node is killed here)."""
     with tempfile.TemporaryDirectory(prefix=prefix) as base:
         cluster = ProcessCluster(Path(base), extra_args=DEFAULT_NODE_FILES, front_ends=front_ends)
         cluster.start()
@@ -193,10 +197,29 @@ async def our_cluster(prefix: str, front_ends: bool = False) -> AsyncIterator[tu
             addresses = list(cluster.addresses.values())
             async with DLedgerClient(addresses) as client:
                 leader = await find_leader(client, addresses)
+                at_start = await highest_term(client, addresses)
             yield ",".join(addresses), CpuWatch({role_name(node, leader): proc.pid
                                                  for node, proc in cluster.procs.items()})
+            if terms is not None:
+                async with DLedgerClient(addresses) as client:
+                    terms[prefix.removeprefix("bench-peers-").strip("-")] = {
+                        "at_start": at_start, "at_end": await highest_term(client, addresses)}
         finally:
             cluster.stop_all()
+
+
+async def highest_term(client: DLedgerClient, addresses: list[str]) -> int:
+    """The highest term any node reports (a node that does not answer counts none)."""
+    return max((meta.term for meta in [await client.metadata(address) for address in addresses]
+                if meta is not None), default=-1)
+
+
+def stability(terms: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """Issue 18's "no spurious elections at full load": elections in our
+    clusters after the first leader, while the workloads ran."""
+    elections = sum(max(0, t["at_end"] - t["at_start"]) for t in terms.values())
+    return {"terms": terms, "elections": elections, "goal": "none while the workloads run",
+            "met": elections == 0}
 
 
 def role_name(node: str, leader: str) -> str:
@@ -225,7 +248,9 @@ async def main_async(args: argparse.Namespace) -> None:
                               "consume_messages": args.consume_messages}
     if not args.skip_nats:
         report["nats"] = await run_nats(args)
-    report["ours"] = await run_ours(args)
+    terms: dict[str, dict[str, int]] = {}
+    report["ours"] = await run_ours(args, terms)
+    report["stability"] = stability(terms)
     if "nats" in report:
         report["goals"] = goals(report["ours"], report["nats"])
     print(json.dumps(report), flush=True)

@@ -19,7 +19,12 @@ replicated) instead of one call that everybody waits for.
 Order within a message group (FIFO) survives batching: a group's messages
 leave in send order, and a group never has two calls in flight, so a retried
 call cannot be overtaken by a later one of the same group (Kafka's
-max.in.flight=1, per group rather than per connection).
+max.in.flight=1, per group rather than per connection). The messages of one
+`send_batch` without a group are ordered the same way (a BatchOrder is their
+key), and their calls are as full as the limits allow: a batch is stored in
+the order given, as RocketMQ stores a MessageBatch, in one call when it fits.
+Spread over parallel calls, a batch's later part was stored first now and
+then (tests/integration/test_client_producer.py).
 """
 from __future__ import annotations
 
@@ -40,12 +45,19 @@ MIN_CALL_MESSAGES = 64
 SendCall = Callable[[str, list[pb.Message]], Awaitable[Sequence[SendReceipt | ClientError]]]
 
 
+class BatchOrder:
+    """The ordering key of one send_batch call's messages that have no group."""
+    __slots__ = ()
+
+
 @dataclass
 class PendingSend:
     topic: str
     message: pb.Message
     size: int
-    group: str | None
+    # What orders it: its message group, the batch it came in, or None (it
+    # may overtake and be overtaken).
+    group: str | BatchOrder | None
     future: asyncio.Future[SendReceipt] = field(repr=False)
 
 
@@ -59,7 +71,7 @@ class SendAccumulator:
         self.max_bytes = max_bytes
         self._queue: deque[PendingSend] = deque()
         self._inflight = 0
-        self._groups_in_flight: set[str] = set()
+        self._groups_in_flight: set[str | BatchOrder] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -104,7 +116,9 @@ class SendAccumulator:
         while self._queue and self._inflight < self.max_inflight:
             free = self.max_inflight - self._inflight
             share = max(self.min_call_messages, -(-len(self._queue) // free))
-            batch = self._take(min(share, self.max_messages))
+            # A batch's calls go one after another: each takes all it can.
+            whole = isinstance(self._queue[0].group, BatchOrder)
+            batch = self._take(self.max_messages if whole else min(share, self.max_messages))
             if not batch:
                 return  # everything queued waits for a group in flight
             self._inflight += 1
@@ -124,7 +138,7 @@ class SendAccumulator:
         those whose group is busy or was skipped."""
         batch: list[PendingSend] = []
         kept: deque[PendingSend] = deque()
-        blocked = set(self._groups_in_flight)
+        blocked: set[str | BatchOrder] = set(self._groups_in_flight)
         topic: str | None = None
         size = 0
         while self._queue:

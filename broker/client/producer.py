@@ -35,7 +35,7 @@ import random
 import time
 from typing import Any, Iterable, Sequence
 
-from broker.client.accumulator import PendingSend, SendAccumulator
+from broker.client.accumulator import BatchOrder, PendingSend, SendAccumulator
 from broker.client.base import BaseClient
 from broker.client.config import ClientConfig
 from broker.client.errors import (BadRequestError, ClientError, PayloadTooLargeError, PreconditionFailedError,
@@ -152,7 +152,8 @@ class Producer(BaseClient):
         if len({m.topic for m in messages}) != 1:
             raise BadRequestError(pb.BAD_REQUEST, "a batch goes to one topic; split it by topic")
         loop = asyncio.get_running_loop()  # once: each lookup costs a getpid()
-        sends = [self._pending(m, loop=loop) for m in messages]
+        order = BatchOrder()   # stored in the order given (see broker/client/accumulator.py)
+        sends = [self._pending(m, loop=loop, order=order) for m in messages]
         self.accumulator.add(sends)
         results = await asyncio.gather(*(s.future for s in sends), return_exceptions=True)
         for result in results:
@@ -170,12 +171,12 @@ class Producer(BaseClient):
 
     # ------------------------------------------------------------ plumbing
     def _pending(self, message: Message, message_type: pb.MessageType | None = None,
-                 loop: asyncio.AbstractEventLoop | None = None) -> PendingSend:
+                 loop: asyncio.AbstractEventLoop | None = None, order: BatchOrder | None = None) -> PendingSend:
         self.require_started()
         self.check(message)
         wire = to_protocol(message, message.message_id or _ids.next_id(), self.config.namespace, message_type)
         future: asyncio.Future[SendReceipt] = (loop or asyncio.get_running_loop()).create_future()
-        return PendingSend(message.topic, wire, len(message.body), message.message_group, future)
+        return PendingSend(message.topic, wire, len(message.body), message.message_group or order, future)
 
     def check(self, message: Message) -> None:
         """What the official clients check before sending; the broker checks the rest."""

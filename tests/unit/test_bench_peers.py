@@ -3,7 +3,7 @@ upper bound for latencies and a lower bound for rates (NATS itself is an
 optional benchmark dependency, not needed here)."""
 from __future__ import annotations
 
-from bench.peers import goals
+from bench.peers import goals, stability
 
 
 def test_latency_goals_are_upper_bounds_and_rate_goals_lower_bounds():
@@ -16,3 +16,10 @@ def test_latency_goals_are_upper_bounds_and_rate_goals_lower_bounds():
     assert verdicts["log_128"] == {"ours_over_nats": 0.9, "goal": "at least 1.0", "met": False}
     assert verdicts["log_128x64"]["met"] is True                 # 2.5 >= 2
     assert "receive_ack" not in verdicts                         # a workload not run has no verdict
+
+
+def test_an_election_while_the_workloads_ran_fails_the_stability_goal():
+    calm = stability({"ours": {"at_start": 1, "at_end": 1}, "official": {"at_start": 2, "at_end": 2}})
+    assert calm["elections"] == 0 and calm["met"] is True
+    moved = stability({"ours": {"at_start": 1, "at_end": 3}, "official": {"at_start": 1, "at_end": 1}})
+    assert moved["elections"] == 2 and moved["met"] is False

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.client.accumulator import PendingSend, SendAccumulator
+from broker.client.accumulator import BatchOrder, PendingSend, SendAccumulator
 from broker.client.errors import ClientError, UnavailableError
 from broker.client.message import SendReceipt
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -125,3 +125,19 @@ async def test_a_failed_call_fails_only_its_own_sends():
     await release(broker, accumulator)
     assert isinstance(down.future.exception(), UnavailableError)
     assert up.future.result().topic == "Up"
+
+
+async def test_a_batch_leaves_in_order_one_full_call_after_another():
+    # Spread over parallel calls, a batch's later part could be stored first.
+    broker = InMemoryBroker()
+    accumulator = SendAccumulator(broker.send, max_inflight=4, max_messages=100, max_bytes=1 << 20)
+    order = BatchOrder()
+    sends = [PendingSend("T", pending("T", f"m{i}").message, 2, order, asyncio.get_running_loop().create_future())
+             for i in range(300)]
+    accumulator.add(sends)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert len(broker.in_flight) == 1          # not side by side
+    await release(broker, accumulator)
+    assert [len(bodies) for _, bodies in broker.calls] == [100, 100, 100]
+    assert [body for _, bodies in broker.calls for body in bodies] == [f"m{i}" for i in range(300)]
