@@ -21,8 +21,10 @@ leave in send order, and a group never has two calls in flight, so a retried
 call cannot be overtaken by a later one of the same group (Kafka's
 max.in.flight=1, per group rather than per connection). The messages of one
 `send_batch` without a group are ordered the same way (a BatchOrder is their
-key), and their calls are as full as the limits allow: a batch is stored in
-the order given, as RocketMQ stores a MessageBatch, in one call when it fits.
+key), and a call takes the whole batch at the head of the queue when it
+fits: a batch is stored in the order given, as RocketMQ stores a
+MessageBatch, in one call when it fits; concurrent batches still spread
+over the free calls.
 Spread over parallel calls, a batch's later part was stored first now and
 then (tests/integration/test_client_producer.py).
 """
@@ -116,9 +118,9 @@ class SendAccumulator:
         while self._queue and self._inflight < self.max_inflight:
             free = self.max_inflight - self._inflight
             share = max(self.min_call_messages, -(-len(self._queue) // free))
-            # A batch's calls go one after another: each takes all it can.
-            whole = isinstance(self._queue[0].group, BatchOrder)
-            batch = self._take(self.max_messages if whole else min(share, self.max_messages))
+            # A batch's calls go one after another, so a call takes the whole
+            # batch at the head of the queue when it fits.
+            batch = self._take(min(max(share, self._head_batch()), self.max_messages))
             if not batch:
                 return  # everything queued waits for a group in flight
             self._inflight += 1
@@ -131,6 +133,19 @@ class SendAccumulator:
             task.add_done_callback(self._tasks.discard)
         if not self._queue and self._inflight == 0:
             self._idle.set()
+
+    def _head_batch(self) -> int:
+        """How many sends of the batch at the head of the queue follow it
+        (0 when the head is no batch's), counted up to max_messages."""
+        head = self._queue[0].group
+        if not isinstance(head, BatchOrder):
+            return 0
+        count = 0
+        for pending in self._queue:
+            if pending.group is not head or count == self.max_messages:
+                break
+            count += 1
+        return count
 
     def _take(self, limit: int) -> list[PendingSend]:
         """The next call's sends (at most `limit`): the first send that may

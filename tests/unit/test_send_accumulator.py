@@ -141,3 +141,18 @@ async def test_a_batch_leaves_in_order_one_full_call_after_another():
     await release(broker, accumulator)
     assert [len(bodies) for _, bodies in broker.calls] == [100, 100, 100]
     assert [body for _, bodies in broker.calls for body in bodies] == [f"m{i}" for i in range(300)]
+
+
+async def test_concurrent_batches_still_spread_over_the_free_calls():
+    broker = InMemoryBroker()
+    accumulator = SendAccumulator(broker.send, max_inflight=4, max_messages=1000, max_bytes=1 << 20)
+    loop = asyncio.get_running_loop()
+    for b in range(16):   # 16 senders of 64-message batches, in one turn
+        order = BatchOrder()
+        accumulator.add([PendingSend("T", pending("T", f"b{b}m{i}").message, 2, order, loop.create_future())
+                         for i in range(64)])
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert len(broker.in_flight) == 4
+    await release(broker, accumulator)
+    assert [len(bodies) for _, bodies in broker.calls] == [256, 256, 256, 256]
