@@ -45,10 +45,3 @@ class RecentMap(Generic[K, V]):
             if value is not None:
                 return value
         return None
-
-    def __len__(self) -> int:
-        """How many puts it holds (a key put twice counts twice)."""
-        return sum(len(held) for held in self._dicts)
-
-    def clear(self) -> None:
-        self._dicts = deque([{}])
