@@ -31,7 +31,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from dledger.entry import CHANNEL_STATE_MACHINE, HEADER, HEADER_SIZE, MAGIC_NORMAL
+from dledger.entry import CHANNEL_STATE_MACHINE, HEADER, HEADER_SIZE, MAGIC_NORMAL, verified_prefix
+from dledger.errors import CorruptLogError
 from dledger.server import DLedgerServer
 from dledger.waiting import wait_event
 from store import codec
@@ -188,21 +189,42 @@ class ReputMessageService:
         applied = 0
         deadline = time.monotonic() + SLICE_BUDGET_S
         while start <= committed and applied < ENTRIES_PER_SLICE and time.monotonic() < deadline:
-            # The raw bytes, walked by header: every entry was CRC-checked when
-            # it entered this log (and a consumer's read checks again), so the
-            # loop decodes only what it dispatches, not every entry in full.
+            # The raw bytes, walked by header; the loop decodes only what it
+            # dispatches, not every entry in full.
             data, count = log_store.read_raw(start, self.batch_bytes, min(committed - start + 1, RUN_ENTRIES))
             if count == 0:
                 break
-            self._dispatch_run(memoryview(data), count)
-            start += count
-            applied += count
-            self.progress.applied_index = start - 1
-            self.progress.applied_end = log_store.end_position_of(start - 1)
+            good, damaged = self._verified(data, start, count)
+            if good:
+                self._dispatch_run(memoryview(data), good)
+                start += good
+                applied += good
+                self.progress.applied_index = start - 1
+                self.progress.applied_end = log_store.end_position_of(start - 1)
+            if good < count:
+                # Damaged on this disk since it was written (CRC-checked when
+                # it entered the log; a restart replays entries from disk):
+                # applied, a flipped bit in a transaction's commit left its
+                # half message undecided, and a new leader's check-back
+                # committed it a second time (a 10-minute broker chaos run).
+                # Repaired from the leader first, as the scrubber would.
+                self.server.repair_damage(damaged)
+                break
         if start > self.applied_index + 1:
             self.progress.applied_index = start - 1
         self._applied_event.set()
         self._applied_event = asyncio.Event()
+
+    def _verified(self, data: bytes, start: int, count: int) -> tuple[int, int]:
+        """How many of the run's entries pass their checks (CRCs, chain
+        link, header), as the scrubber checks them, and the first damaged
+        entry (the one before the run when its header is what fails)."""
+        try:
+            chain = self.server.store.chain_crc_at(start - 1)
+        except CorruptLogError:
+            return 0, start - 1
+        good = verified_prefix(data, start, count, chain)[0]
+        return good, start + good
 
     async def wait_applied(self, index: int, timeout: float) -> bool:
         """Wait until entries up to `index` are applied; False on timeout or failure."""

@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from dledger.entry import HEADER_SIZE
 from store.consume_queue import GetStatus
 from store.errors import MessageTooLargeError, QueueIdError, StoreUnavailableError, TopicNotFoundError
 from store.message_id import decode_offset_message_id
@@ -488,3 +489,34 @@ async def test_a_node_whose_apply_loop_stopped_hands_leadership_to_one_whose_sto
         assert not cluster.servers[leader].member_state.is_leader
     finally:
         await cluster.stop()
+
+
+async def test_an_entry_damaged_on_disk_is_repaired_before_a_replay_applies_it(cluster: StoreCluster):
+    # Entries were CRC-checked when they entered the log, but a store that
+    # derives its state again replays them from disk. In a 10-minute broker
+    # chaos run a bit flipped in a transaction's commit was applied so: its
+    # half message stayed undecided and was committed a second time.
+    await cluster.create_topic("T", queues=1)
+    store = await cluster.leader_store()
+    await store.put_messages([message("T", b"m%d" % i, keys=f"order-{i:03d}") for i in range(20)])
+    await cluster.wait_applied()
+    await asyncio.sleep(1.5)   # checkpointed: a flip behind the checkpoint is not looked for at open
+    follower = next(n for n in cluster.stores if not cluster.servers[n].member_state.is_leader)
+    log_store = cluster.servers[follower].store
+    index = next(i for i in range(log_store.ledger_end_index + 1) if b"order-010" in log_store.get(i).body)
+    pos = log_store.position_of(index)
+    segment = log_store._data.find(pos)
+    at = pos - segment.start + HEADER_SIZE + log_store.get(index).body.index(b"order-010") + 6
+    await cluster.stop(follower)
+    shutil.rmtree(os.path.join(cluster.configs[follower].data_dir, "store"))  # derived again from the log
+    with open(segment.path, "r+b") as file:
+        file.seek(at)
+        byte = file.read(1)
+        file.seek(at)
+        file.write(bytes([byte[0] ^ 0x01]))     # order-010 -> order-011 in this copy
+    await cluster.start(follower)
+    await cluster.wait_applied(timeout=15)
+    replica = cluster.stores[follower]
+    assert cluster.servers[follower].repairs == 1 and replica.reput.failure is None
+    assert [m.body for m in replica.query_messages("T", "order-010", 10, 0, 2**62)] == [b"m10"]
+    assert [m.body for m in replica.query_messages("T", "order-011", 10, 0, 2**62)] == [b"m11"]
