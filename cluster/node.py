@@ -177,13 +177,13 @@ class Node:
             self._serve_metrics(config.metrics_address)
         for service in HEALTH_SERVICES:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        freeze_start_up_objects()
         log.info("node started: group=%s address=%s listen=%s peers=%s metrics=%s data_dir=%s flush=%s tls=%s "
                  "loop=%s pid=%d", config.group, config.self_peer.address, config.bind_address,
                  ",".join(f"{p.id}={p.address}" for p in config.peers),
                  config.metrics_address or "-", config.data_dir, config.flush_mode.value,
                  ("mutual, clients on " + config.client_bind_address) if config.mutual_tls
                  else "on" if self.tls.enabled else "off", loop_name(), os.getpid())
+        freeze_start_up_objects()
 
     def _add_relay(self, messaging: MessagingServicer) -> None:
         """The relay of forwarded calls (broker/relay.py) on the port that

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import pytest
 
@@ -38,7 +39,13 @@ async def test_a_cluster_on_uvloop_survives_a_leader_kill_and_delivers_everythin
             await admin.create_topic(TOPIC, 4)
             await admin.create_group(GROUP)
         for node in cluster.ids:
-            started = (cluster.log_dir / f"{node}.log").read_text()
+            # A node serves (its front end is open) a moment before it logs
+            # that it has started: wait for the line.
+            deadline = time.monotonic() + 10
+            while not re.search(r"node started: .* loop=uvloop ",
+                                started := (cluster.log_dir / f"{node}.log").read_text()) \
+                    and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
             assert re.search(r"node started: .* loop=uvloop ", started), started[-2000:]
         sent = await send_round(address, "before")
         killed = await leader_of(cluster)

@@ -96,6 +96,9 @@ def test_planning_rides_out_an_election(cluster):
 def test_a_range_read_survives_a_leader_kill_from_followers_and_from_the_leader(cluster, reader):
     servers = addresses(cluster)
     sent = run(append(servers, 3000, "range"))
+    # A node that started late is a non-voter until it has caught up: killed
+    # before then, the leader leaves no majority to elect another (make test).
+    run(wait_followers_committed(cluster, max(sent)))
     begin, committed = committed_bounds(servers, "default")
     view = group_view(servers, "default")
     assert len(view.followers) == 2 and view.leader is not None
