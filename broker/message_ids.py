@@ -60,10 +60,6 @@ Row = tuple[int, int, int, int, str]
 GENERATIONS = 4
 
 
-def _row(index: int, queue_id: int, queue_offset: int, physical_offset: int, topic: str) -> Row:
-    return (index, queue_id, queue_offset, physical_offset, topic)
-
-
 def _stored(row: Row) -> StoredMessage:
     return StoredMessage(row[1], row[2], row[3], row[4])
 
@@ -95,8 +91,8 @@ class MessageIdTable:
         if message_id:
             key = (request.topic, message_id)
             self._committed.pop(key, None)
-            self._add(key, _row(index, request.queue_id, request.queue_offset, request.physical_offset,
-                                request.topic))
+            self._add(key, (index, request.queue_id, request.queue_offset, request.physical_offset,
+                            request.topic))
 
     def _add(self, key: Key, row: Row) -> None:
         index = row[0]
@@ -155,8 +151,8 @@ class MessageIdTable:
                 for index, request in _messages(memoryview(data), count, untagged):
                     if request.uniq_key:
                         key = (request.topic, request.uniq_key)
-                        older[key] = _row(index, request.queue_id, request.queue_offset,
-                                          request.physical_offset, request.topic)
+                        older[key] = (index, request.queue_id, request.queue_offset,
+                                      request.physical_offset, request.topic)
                 start += count
                 await asyncio.sleep(0)
             self._merge(older)

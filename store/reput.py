@@ -108,6 +108,8 @@ class ReputMessageService:
         self._dispatched = applied_index
         self.waiting_for_disk = ""
         self.batch_bytes = batch_bytes
+        # (index, chain CRC) of the last entry the loop verified.
+        self._chain: tuple[int, int] = (-2, 0)
         self.handlers: dict[int, SystemEntryHandler] = {}
         self.listeners: list[ArrivalListener] = []
         self.failure: StoreFailedError | None = None
@@ -219,11 +221,18 @@ class ReputMessageService:
         """How many of the run's entries pass their checks (CRCs, chain
         link, header), as the scrubber checks them, and the first damaged
         entry (the one before the run when its header is what fails)."""
-        try:
-            chain = self.server.store.chain_crc_at(start - 1)
-        except CorruptLogError:
-            return 0, start - 1
-        good = verified_prefix(data, start, count, chain)[0]
+        at, chain = self._chain
+        if at != start - 1:
+            try:
+                chain = self.server.store.chain_crc_at(start - 1)
+            except CorruptLogError:
+                return 0, start - 1
+        good, after = verified_prefix(data, start, count, chain)
+        if good:
+            # The next run starts where this one's good part ends: no read of
+            # its predecessor's header (committed entries are the same on
+            # every replica, so a repair never changes the chain up to here).
+            self._chain = (start + good - 1, after)
         return good, start + good
 
     async def wait_applied(self, index: int, timeout: float) -> bool:
