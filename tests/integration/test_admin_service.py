@@ -5,6 +5,8 @@ is the committed offset against the queue end, and every bad input is refused
 with the protocol's code and a readable message."""
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -36,6 +38,8 @@ async def test_a_topic_created_through_a_follower_is_listed_by_every_node(cluste
     leader = await leader_of(cluster)
     follower = next(a for n, a in cluster.addresses.items() if n != leader)
     async with grpc.aio.insecure_channel(follower) as channel:
+        # A leader is elected before the last node listens (make test: refused).
+        await asyncio.wait_for(channel.channel_ready(), 15)
         answer = await admin_pb2_grpc.AdminServiceStub(channel).CreateTopic(
             apb.CreateTopicRequest(topic="Created", queue_count=3, message_type=apb.FIFO), timeout=10)
     assert answer.status.code == pb.OK and answer.created
