@@ -22,6 +22,7 @@ import logging
 from collections import deque
 from typing import Iterator, NamedTuple
 
+from dledger.checked_read import CheckedReader
 from dledger.entry import CHANNEL_STATE_MACHINE, HEADER, HEADER_SIZE, MAGIC_NORMAL
 from dledger.server import DLedgerServer
 from store import codec
@@ -142,10 +143,13 @@ class MessageIdTable:
         try:
             older: dict[Key, Row] = {}
             self._older = older
-            log_store = server.store
-            start = max(upto - self.window + 1, log_store.ledger_begin_index, 0)
-            while start <= min(upto, log_store.ledger_end_index):
-                data, count = log_store.read_raw(start, batch_bytes, min(upto - start + 1, REBUILD_SLICE))
+            # Each entry checked first: one damaged on disk is repaired from
+            # the leader and waited for (dledger/checked_read.py), never read
+            # as a message id that could make a new send look repeated.
+            reader = CheckedReader(server)
+            start = max(upto - self.window + 1, server.store.ledger_begin_index, 0)
+            while start <= upto:
+                data, count = await reader.read_repaired(start, batch_bytes, min(upto - start + 1, REBUILD_SLICE))
                 if count == 0:
                     break
                 for index, request in _messages(memoryview(data), count, untagged):

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 # Applies the log's entries first..last (those of the managers' kinds) to
 # the managers again; see the module's docstring.
-Replay = Callable[[int, int, Sequence[ConfigManager]], None]
+Replay = Callable[[int, int, Sequence[ConfigManager]], bool]
 
 
 def capture_payload(managers: Sequence[ConfigManager], as_of: int | None = None) -> Callable[[], dict[str, Any]]:
@@ -137,4 +137,9 @@ class MetadataSnapshotHandler:
             return
         log.info("adopted a metadata snapshot as of entry %d: applying entries %d..%d to %s again",
                  first - 1, first, last, names)
-        self.replay(first, last, managers)
+        if not self.replay(first, last, managers):
+            # A damaged entry among them (being repaired): these managers lack
+            # what followed it, so the next snapshot's state replaces theirs.
+            log.error("applying entries %d..%d to %s again stopped at a damaged entry: they take the next "
+                      "metadata snapshot's state", first, last, names)
+            self.incomplete.update(m.file_name for m in managers)

@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from dledger.entry import CHANNEL_STATE_MACHINE, HEADER, HEADER_SIZE, MAGIC_NORMAL, verified_prefix
-from dledger.errors import CorruptLogError
+from dledger.checked_read import CheckedReader
+from dledger.entry import CHANNEL_STATE_MACHINE, HEADER, HEADER_SIZE, MAGIC_NORMAL
 from dledger.server import DLedgerServer
 from dledger.waiting import wait_event
 from store import codec
@@ -108,8 +108,8 @@ class ReputMessageService:
         self._dispatched = applied_index
         self.waiting_for_disk = ""
         self.batch_bytes = batch_bytes
-        # (index, chain CRC) of the last entry the loop verified.
-        self._chain: tuple[int, int] = (-2, 0)
+        # Every entry is checked before it is applied (dledger/checked_read.py).
+        self.reader = CheckedReader(server)
         self.handlers: dict[int, SystemEntryHandler] = {}
         self.listeners: list[ArrivalListener] = []
         self.failure: StoreFailedError | None = None
@@ -193,47 +193,19 @@ class ReputMessageService:
         while start <= committed and applied < ENTRIES_PER_SLICE and time.monotonic() < deadline:
             # The raw bytes, walked by header; the loop decodes only what it
             # dispatches, not every entry in full.
-            data, count = log_store.read_raw(start, self.batch_bytes, min(committed - start + 1, RUN_ENTRIES))
-            if count == 0:
-                break
-            good, damaged = self._verified(data, start, count)
-            if good:
-                self._dispatch_run(memoryview(data), good)
-                start += good
-                applied += good
+            run = self.reader.read(start, self.batch_bytes, min(committed - start + 1, RUN_ENTRIES))
+            if run.count:
+                self._dispatch_run(memoryview(run.data), run.count)
+                start += run.count
+                applied += run.count
                 self.progress.applied_index = start - 1
                 self.progress.applied_end = log_store.end_position_of(start - 1)
-            if good < count:
-                # Damaged on this disk since it was written (CRC-checked when
-                # it entered the log; a restart replays entries from disk):
-                # applied, a flipped bit in a transaction's commit left its
-                # half message undecided, and a new leader's check-back
-                # committed it a second time (a 10-minute broker chaos run).
-                # Repaired from the leader first, as the scrubber would.
-                self.server.repair_damage(damaged)
-                break
+            if run.damaged is not None or run.count == 0:
+                break   # a damaged entry is being repaired: the loop resumes when it is back
         if start > self.applied_index + 1:
             self.progress.applied_index = start - 1
         self._applied_event.set()
         self._applied_event = asyncio.Event()
-
-    def _verified(self, data: bytes, start: int, count: int) -> tuple[int, int]:
-        """How many of the run's entries pass their checks (CRCs, chain
-        link, header), as the scrubber checks them, and the first damaged
-        entry (the one before the run when its header is what fails)."""
-        at, chain = self._chain
-        if at != start - 1:
-            try:
-                chain = self.server.store.chain_crc_at(start - 1)
-            except CorruptLogError:
-                return 0, start - 1
-        good, after = verified_prefix(data, start, count, chain)
-        if good:
-            # The next run starts where this one's good part ends: no read of
-            # its predecessor's header (committed entries are the same on
-            # every replica, so a repair never changes the chain up to here).
-            self._chain = (start + good - 1, after)
-        return good, start + good
 
     async def wait_applied(self, index: int, timeout: float) -> bool:
         """Wait until entries up to `index` are applied; False on timeout or failure."""
@@ -388,11 +360,13 @@ class ReputMessageService:
             return
         handler.apply(index, system.kind, system.payload)
 
-    def replay(self, first: int, last: int, handlers: Sequence[SystemEntryHandler]) -> None:
+    def replay(self, first: int, last: int, handlers: Sequence[SystemEntryHandler]) -> bool:
         """Apply the system entries first..last of the handlers' kinds to
         them again (a manager that adopted a metadata snapshot as of first-1;
         see store/metadata_snapshot.py). Entries that applied once apply again,
-        so a failure here is a bug: logged, never a stopped loop."""
+        so a failure to apply one is a bug: logged, never a stopped loop.
+        False when a damaged entry ended the replay early: it is being
+        repaired, and the handlers lack what followed it."""
         log_store = self.server.store
         if first < log_store.ledger_begin_index:
             # Retention keeps every entry after the latest snapshot's asOf;
@@ -400,13 +374,17 @@ class ReputMessageService:
             log.warning("entries %d..%d are no longer in the log: applying again from %d", first,
                         log_store.ledger_begin_index - 1, log_store.ledger_begin_index)
             first = log_store.ledger_begin_index
+        reader = CheckedReader(self.server)
         start = first
         while start <= last:
-            data, count = log_store.read_raw(start, self.batch_bytes, last - start + 1)
-            if count == 0:
+            run = reader.read(start, self.batch_bytes, last - start + 1)
+            self._replay_run(memoryview(run.data), run.count, handlers)
+            start += run.count
+            if run.damaged is not None:
+                return False
+            if run.count == 0:
                 break
-            self._replay_run(memoryview(data), count, handlers)
-            start += count
+        return True
 
     def _replay_run(self, data: memoryview, count: int, handlers: Sequence[SystemEntryHandler]) -> None:
         at = 0

@@ -173,11 +173,12 @@ def test_an_adopting_manager_gets_the_entries_after_as_of_again_and_a_whole_one_
     replays: list[tuple[int, int, list[str]]] = []
     adopting, whole = Recorder(str(tmp_path)), Recorder(str(tmp_path))
 
-    def replay(first: int, last: int, managers: Any) -> None:
+    def replay(first: int, last: int, managers: Any) -> bool:
         replays.append((first, last, [m.file_name for m in managers]))
         for index in range(first, last + 1):
             for manager in managers:
                 manager.apply(index, COUNT_KIND, {"n": index * 10})
+        return True
 
     for replica, lost in ((adopting, True), (whole, False)):
         handler = MetadataSnapshotHandler([replica], replay)
@@ -189,3 +190,18 @@ def test_an_adopting_manager_gets_the_entries_after_as_of_again_and_a_whole_one_
     assert adopting.seen == [1, 2, 50, 60] and whole.seen == [50, 60]
     assert replays == [(5, 6, ["counting.json"])]
     assert snapshot_as_of(7, {"asOf": 7}) == 6 and snapshot_as_of(7, {"asOf": "x"}) == 6
+
+
+def test_a_replay_stopped_by_a_damaged_entry_leaves_the_manager_to_the_next_snapshot(tmp_path):
+    source = Recorder(str(tmp_path))
+    source.seen = [1, 2]
+    first_payload = capture_payload([source], as_of=4)()
+    source.seen = [1, 2, 3]
+    second_payload = capture_payload([source], as_of=9)()
+    replica = Recorder(str(tmp_path))
+    handler = MetadataSnapshotHandler([replica], lambda first, last, managers: False)
+    handler.start(3, log_lost_entries=True)
+    handler.apply(7, SystemKind.METADATA_SNAPSHOT, first_payload)
+    assert replica.seen == [1, 2] and handler.incomplete == {"counting.json"}
+    handler.apply(10, SystemKind.METADATA_SNAPSHOT, second_payload)
+    assert replica.seen == [1, 2, 3] and handler.incomplete == set() and replica.applied_index == 10

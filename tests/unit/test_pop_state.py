@@ -496,10 +496,11 @@ async def test_a_replica_adopting_a_snapshot_as_of_an_earlier_entry_gets_the_ops
     log = {11: AckOp(G, T, 0, [(0, 10), (1, 10)]), 12: AckOp(G, T, 0, [(5, 10)])}
     replica = PopStateManager(str(tmp_path / "replica"))
 
-    def replay(first: int, last: int, managers) -> None:
+    def replay(first: int, last: int, managers) -> bool:
         for index in range(first, last + 1):
             for manager in managers:
                 apply(manager, index, log[index])
+        return True
 
     handler = MetadataSnapshotHandler([replica], replay)
     handler.start(-1, log_lost_entries=True)
