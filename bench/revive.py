@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 from broker.consumer.committer import ClaimTable
 from broker.consumer.config import ConsumerConfig
-from broker.consumer.pop_state import Lease, PopStateManager
+from broker.consumer.pop_state import PopStateManager
 from broker.consumer.revive import ReviveService
 
 NOW = 1_700_000_000_000
@@ -29,7 +29,7 @@ def backlog(directory: str, leases: int) -> PopStateManager:
     state.apply(1, 100, {"ops": [{"op": "reset", "group": "G", "topic": "T", "queue": 0, "offset": 0}]})
     queue = state.queue("G", "T", 0)
     assert queue is not None
-    queue.restore({offset: Lease(10, NOW - 60_000 + offset % 50_000, 1) for offset in range(leases)})
+    queue.restore({offset: (10, NOW - 60_000 + offset % 50_000, 1, None) for offset in range(leases)})
     queue.pop_offset = leases
     return state
 

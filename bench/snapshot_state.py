@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any
 
-from broker.consumer.pop_state import POP_OPS_KIND, Lease, PopStateManager
+from broker.consumer.pop_state import POP_OPS_KIND, LeaseRow, PopStateManager
 from dledger.config import DLedgerConfig, PeerAddress
 from dledger.rpc.inmemory import InMemoryNetwork
 from dledger.server import DLedgerServer
@@ -87,8 +87,8 @@ async def run(leases: int) -> dict[str, object]:
             "adopt_total_ms": round(total_ms, 1), "longest_loop_gap_ms": round(max(gaps, default=0), 1)}
 
 
-def leases_of(count: int) -> dict[int, Lease]:
-    return {offset: Lease(10 + offset // 32, NOW + offset % 50_000, 1) for offset in range(count)}
+def leases_of(count: int) -> dict[int, LeaseRow]:
+    return {offset: (10 + offset // 32, NOW + offset % 50_000, 1, None) for offset in range(count)}
 
 
 async def one_node_store(directory: str) -> tuple[DLedgerServer, MessageStore, PopStateManager]:

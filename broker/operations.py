@@ -23,7 +23,7 @@ from typing import Literal
 from broker import validation
 from broker.admin import is_system_topic
 from broker.consumer import ConsumerService
-from broker.consumer.pop_state import PopQueue, ResendOp, ResetOp
+from broker.consumer.pop_state import ATTEMPT, DEADLINE, PopQueue, ResendOp, ResetOp
 from broker.consumer.source import initial_offset
 from broker.errors import BrokerError
 from broker.topics import TopicService, dlq_topic
@@ -222,8 +222,8 @@ class Operations:
         lease = queue.in_flight.get(offset)
         if lease is not None:
             now = int(time.time() * 1000) if now_ms is None else now_ms
-            state: DeliveryState = "in_flight" if lease.deadline_ms > now else "awaiting_redelivery"
-            return Delivery(name, state, lease.attempt, lease.deadline_ms)
+            state: DeliveryState = "in_flight" if lease[DEADLINE] > now else "awaiting_redelivery"
+            return Delivery(name, state, lease[ATTEMPT], lease[DEADLINE])
         if offset in queue.blocked:
             return Delivery(name, "blocked")
         return Delivery(name, "consumed" if offset < queue.pop_offset else "pending")
@@ -299,8 +299,8 @@ class Operations:
             committed = queue.consumed_offset()
             leases = list(queue.in_flight.values())
             in_flight, blocked = len(leases), len(queue.blocked)
-            retrying = sum(1 for lease in leases if lease.attempt > 1)
-            expired = sum(1 for lease in leases if lease.deadline_ms <= now_ms)
+            retrying = sum(1 for lease in leases if lease[ATTEMPT] > 1)
+            expired = sum(1 for lease in leases if lease[DEADLINE] <= now_ms)
         last = 0
         if low < committed <= high:
             found = self.store.get_messages(topic, queue_id, committed - 1, 1)

@@ -55,8 +55,8 @@ import heapq
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from operator import attrgetter
-from typing import Any, Callable, Iterator
+from operator import itemgetter
+from typing import Any, Callable, Iterator, NamedTuple
 
 from store.captured_dict import Captures, DictCapture
 from store.slices import map_in_slices
@@ -88,14 +88,24 @@ QueueKey = tuple[str, str, int]  # consumer group, topic, queue id
 ReleaseListener = Callable[[str, str], None]  # (group, topic): messages may have become deliverable
 
 
-@dataclass(slots=True)
-class Lease:
-    """Replaced, never changed in place: a snapshot copies only the dicts
-    that hold leases (frozen would cost every grant on the hot path)."""
+class Lease(NamedTuple):
+    """A lease as `lease_of` hands it out. The state holds each one as a
+    plain tuple of these fields in this order (LeaseRow, read with the
+    indexes below), not as an object: a plain tuple of ints and strs is
+    left alone by the garbage collector once it has looked at it, while an
+    object is walked by every full collection, on the event loop. A million
+    leases in flight as slotted objects cost each collection 176 ms of CPU
+    (tests/unit/test_pop_state.py checks that the rows go untracked),
+    and a leader's heartbeats waited for it. Replaced, never changed in
+    place: a snapshot copies only the dicts that hold leases."""
     lease: int                 # index of the entry that granted it
     deadline_ms: int           # wall clock: invisible until then
     attempt: int               # delivery attempt, 1 on first delivery
     message_group: str | None = None  # FIFO groups: the message's group ("" when it has none)
+
+
+LeaseRow = tuple[int, int, int, "str | None"]   # Lease's fields, as the state holds them
+LEASE_ID, DEADLINE, ATTEMPT, GROUP = 0, 1, 2, 3
 
 
 class PopQueue:
@@ -106,7 +116,7 @@ class PopQueue:
 
     def __init__(self, pop_offset: int) -> None:
         self.pop_offset = pop_offset
-        self.in_flight: dict[int, Lease] = {}
+        self.in_flight: dict[int, LeaseRow] = {}
         self.blocked: dict[int, str] = {}
         # Captures of the two dicts begun and not yet copied; see begin_capture.
         self._lease_captures = Captures()
@@ -118,8 +128,8 @@ class PopQueue:
         # which only the revive service ends. Split by the group's last
         # attempt as of the last look (`_max_attempts`).
         self._deadlines: list[tuple[int, int, int]] = []
-        self._expired: dict[int, Lease] = {}
-        self._exhausted: dict[int, Lease] = {}
+        self._expired: dict[int, LeaseRow] = {}
+        self._exhausted: dict[int, LeaseRow] = {}
         self._max_attempts = 0
 
     def consumed_offset(self) -> int:
@@ -136,21 +146,21 @@ class PopQueue:
         return offset < self.pop_offset and offset not in self.in_flight and offset not in self.blocked
 
     # -------------------------------------------------------------- changes
-    def grant(self, offset: int, lease: Lease) -> None:
+    def grant(self, offset: int, lease: LeaseRow) -> None:
         if self._lease_captures:
             self._lease_captures.before_change(offset)
         self.in_flight[offset] = lease
         self._expired.pop(offset, None)
         self._exhausted.pop(offset, None)
-        heapq.heappush(self._deadlines, (lease.deadline_ms, offset, lease.lease))
+        heapq.heappush(self._deadlines, (lease[DEADLINE], offset, lease[LEASE_ID]))
         # Acked leases leave their heap entries behind until their deadline;
         # rebuild before they outnumber the live ones (an ack-heavy queue with
         # long leases would otherwise keep every lease it ever granted).
         if len(self._deadlines) > 2 * len(self.in_flight) + 1024:
-            self._deadlines = [(l.deadline_ms, o, l.lease) for o, l in self.in_flight.items()]
+            self._deadlines = [(row[DEADLINE], o, row[LEASE_ID]) for o, row in self.in_flight.items()]
             heapq.heapify(self._deadlines)
 
-    def restore(self, in_flight: dict[int, Lease], in_worker: bool = False) -> None:
+    def restore(self, in_flight: dict[int, LeaseRow], in_worker: bool = False) -> None:
         """Replace the leases (from a file or a metadata snapshot) at once:
         one heapify instead of a push per lease, except in a worker thread,
         where one heapify of a million would hold the GIL (and so the event
@@ -158,7 +168,7 @@ class PopQueue:
         self._lease_captures.clear()   # they hold the old dict, which nothing changes any more
         self.in_flight = in_flight
         self._expired, self._exhausted = {}, {}
-        deadlines = [(lease.deadline_ms, offset, lease.lease) for offset, lease in in_flight.items()]
+        deadlines = [(lease[DEADLINE], offset, lease[LEASE_ID]) for offset, lease in in_flight.items()]
         if in_worker:
             self._deadlines = []
             for item in deadlines:
@@ -167,10 +177,10 @@ class PopQueue:
             heapq.heapify(deadlines)
             self._deadlines = deadlines
 
-    def release(self, offset: int, lease_id: int) -> Lease | None:
+    def release(self, offset: int, lease_id: int) -> LeaseRow | None:
         """End the lease if it is still `lease_id`; returns it, or None."""
         lease = self.in_flight.get(offset)
-        if lease is None or lease.lease != lease_id:
+        if lease is None or lease[LEASE_ID] != lease_id:
             return None
         if self._lease_captures:
             self._lease_captures.before_change(offset)
@@ -201,14 +211,14 @@ class PopQueue:
 
     # ------------------------------------------------------------- queries
     def expired(self, now_ms: int, max_attempts: int, first_retained: int = 0,
-                limit: int | None = None) -> dict[int, Lease]:
+                limit: int | None = None) -> dict[int, LeaseRow]:
         """Expired leases a receive may deliver again (offset -> lease), in
         the order found, as far as `find_expired` got."""
         self.find_expired(now_ms, max_attempts, first_retained, limit)
         return self._expired
 
     def exhausted(self, now_ms: int, max_attempts: int, first_retained: int = 0,
-                  limit: int | None = None) -> dict[int, Lease]:
+                  limit: int | None = None) -> dict[int, LeaseRow]:
         """Expired leases out of attempts, or whose message is gone: for the
         revive service, as far as `find_expired` got."""
         self.find_expired(now_ms, max_attempts, first_retained, limit)
@@ -226,14 +236,14 @@ class PopQueue:
             deadline, offset, lease_id = heapq.heappop(heap)
             looked += 1
             lease = in_flight.get(offset)
-            if lease is not None and lease.lease == lease_id:
-                if lease.attempt >= max_attempts or offset < first_retained:
+            if lease is not None and lease[LEASE_ID] == lease_id:
+                if lease[ATTEMPT] >= max_attempts or offset < first_retained:
                     self._exhausted[offset] = lease
                 else:
                     self._expired[offset] = lease
         return looked
 
-    def all_expired(self, now_ms: int, max_attempts: int) -> dict[int, Lease]:
+    def all_expired(self, now_ms: int, max_attempts: int) -> dict[int, LeaseRow]:
         """Every expired lease, deliverable or not (FIFO: queue order decides)."""
         self.find_expired(now_ms, max_attempts)
         return {**self._expired, **self._exhausted}
@@ -248,8 +258,8 @@ class PopQueue:
         """The group's last attempt changed (or this is the first look): the
         split of the leases found so far changes with it (rare; O(found))."""
         found = {**self._expired, **self._exhausted}
-        self._expired = {o: lease for o, lease in found.items() if lease.attempt < max_attempts}
-        self._exhausted = {o: lease for o, lease in found.items() if lease.attempt >= max_attempts}
+        self._expired = {o: lease for o, lease in found.items() if lease[ATTEMPT] < max_attempts}
+        self._exhausted = {o: lease for o, lease in found.items() if lease[ATTEMPT] >= max_attempts}
         self._max_attempts = max_attempts
 
     def next_deadline(self) -> int | None:
@@ -258,7 +268,7 @@ class PopQueue:
         while heap:
             deadline, offset, lease_id = heap[0]
             lease = self.in_flight.get(offset)
-            if lease is not None and lease.lease == lease_id:
+            if lease is not None and lease[LEASE_ID] == lease_id:
                 return deadline
             heapq.heappop(heap)
         return None
@@ -269,10 +279,10 @@ class QueueCapture:
     """One queue as of `begin_capture`: its frontier, and its leases and
     blocked offsets to be copied (`read`, once, maybe in a worker thread)."""
     pop_offset: int
-    in_flight: DictCapture[int, Lease]
+    in_flight: DictCapture[int, LeaseRow]
     blocked: DictCapture[int, str]
 
-    def read(self) -> tuple[int, list[int], list[Lease], dict[int, str]]:
+    def read(self) -> tuple[int, list[int], list[LeaseRow], dict[int, str]]:
         """(pop offset, the leased offsets in order, their leases, blocked offsets)."""
         offsets, leases = self.in_flight.sorted_items()
         return self.pop_offset, offsets, leases, self.blocked.copy()
@@ -529,7 +539,8 @@ class PopStateManager(ConfigManager):
 
     def lease_of(self, group: str, topic: str, queue_id: int, offset: int) -> Lease | None:
         queue = self.queues.get((group, topic, queue_id))
-        return queue.in_flight.get(offset) if queue is not None else None
+        row = queue.in_flight.get(offset) if queue is not None else None
+        return Lease._make(row) if row is not None else None
 
     def lease_end(self, group: str, topic: str, queue_id: int, offset: int, lease: int) -> LeaseEnd | None:
         """How `lease` ended, following its renewals by ChangeInvisibleDuration
@@ -595,9 +606,9 @@ class PopStateManager(ConfigManager):
             key = (op.group, op.topic, op.queue_id)
             queue = self.queues.get(key)
             lease = queue.in_flight.get(op.offset) if queue is not None else None
-            if queue is None or lease is None or lease.lease != op.lease:
+            if queue is None or lease is None or lease[LEASE_ID] != op.lease:
                 return False
-            queue.grant(op.offset, Lease(index, op.deadline_ms, lease.attempt, lease.message_group))
+            queue.grant(op.offset, (index, op.deadline_ms, lease[ATTEMPT], lease[GROUP]))
             self._record_end(key, op.offset, op.lease, LeaseEnd(CHANGED, index))
             return True
         if isinstance(op, DyingOp):
@@ -620,20 +631,20 @@ class PopStateManager(ConfigManager):
             queue.pop_offset = op.end
             groups = op.new_groups
             for i, offset in enumerate(op.new):
-                queue.grant(offset, Lease(index, op.deadline_ms, 1, groups[i] if groups is not None else None))
+                queue.grant(offset, (index, op.deadline_ms, 1, groups[i] if groups is not None else None))
                 granted.append((op.queue_id, offset))
             for offset, message_group in op.blocked:
                 queue.block(offset, message_group)
         for offset, expired_lease, attempt in op.redo:
             lease = queue.in_flight.get(offset)
-            if lease is not None and lease.lease == expired_lease:
-                queue.grant(offset, Lease(index, op.deadline_ms, attempt, lease.message_group))
+            if lease is not None and lease[LEASE_ID] == expired_lease:
+                queue.grant(offset, (index, op.deadline_ms, attempt, lease[GROUP]))
                 self._record_end(key, offset, expired_lease, LeaseEnd(REDELIVERED, index))
                 granted.append((op.queue_id, offset))
         for offset in op.unblock:
             message_group = queue.unblock(offset)
             if message_group is not None:
-                queue.grant(offset, Lease(index, op.deadline_ms, 1, message_group))
+                queue.grant(offset, (index, op.deadline_ms, 1, message_group))
                 granted.append((op.queue_id, offset))
         for offset in op.dropped:
             queue.unblock(offset)
@@ -650,8 +661,8 @@ class PopStateManager(ConfigManager):
             return
         for offset, lease_id, attempt in op.claims:
             lease = queue.in_flight.get(offset)
-            if lease is not None and lease.lease == lease_id:
-                queue.grant(offset, Lease(index, op.deadline_ms, attempt, lease.message_group))
+            if lease is not None and lease[LEASE_ID] == lease_id:
+                queue.grant(offset, (index, op.deadline_ms, attempt, lease[GROUP]))
                 self._record_end(key, offset, lease_id, LeaseEnd(DYING, index))
 
     def _apply_resend(self, index: int, op: ResendOp) -> bool:
@@ -662,7 +673,7 @@ class PopStateManager(ConfigManager):
         if not queue.resendable(op.offset):
             return False
         # Expired at once, attempt 0: the next receive delivers it as attempt 1.
-        queue.grant(op.offset, Lease(index, 0, 0, op.message_group))
+        queue.grant(op.offset, (index, 0, 0, op.message_group))
         return True
 
     def _remember(self, group: str, attempt_id: str, index: int, topic: str, granted: list[tuple[int, int]]) -> None:
@@ -797,17 +808,17 @@ def _build(data: dict[str, Any], in_worker: bool) -> _State:
     return queues, by_subscription, recent
 
 
-def _encode_queue(key: QueueKey, pop_offset: int, offsets: list[int], leases: list[Lease], blocked: dict[int, str]
+def _encode_queue(key: QueueKey, pop_offset: int, offsets: list[int], leases: list[LeaseRow], blocked: dict[int, str]
                   ) -> dict[str, Any]:
     """One queue's entry in popState.json, leases as packed columns in
     offset order (`offsets` sorted, `leases` theirs)."""
     group, topic, queue_id = key
     packed: dict[str, Any] = {
         "count": len(offsets), "offsets": pack_ints(offsets, delta=True),
-        "leases": pack_ints(_sliced_map(attrgetter("lease"), leases), delta=True),
-        "deadlines": pack_ints(_sliced_map(attrgetter("deadline_ms"), leases), delta=True),
-        "attempts": pack_ints(_sliced_map(attrgetter("attempt"), leases))}
-    message_groups = _sliced_map(attrgetter("message_group"), leases)
+        "leases": pack_ints(_sliced_map(itemgetter(LEASE_ID), leases), delta=True),
+        "deadlines": pack_ints(_sliced_map(itemgetter(DEADLINE), leases), delta=True),
+        "attempts": pack_ints(_sliced_map(itemgetter(ATTEMPT), leases))}
+    message_groups = _sliced_map(itemgetter(GROUP), leases)
     if message_groups.count(None) != len(message_groups):
         packed["groups"] = pack_json(message_groups)
     return {"group": group, "topic": topic, "queue": queue_id, "popOffset": pop_offset, "inFlight": packed,
@@ -817,10 +828,10 @@ def _encode_queue(key: QueueKey, pop_offset: int, offsets: list[int], leases: li
 _sliced_map = map_in_slices
 
 
-def _decode_in_flight(value: dict[str, Any] | list[list[Any]]) -> dict[int, Lease]:
+def _decode_in_flight(value: dict[str, Any] | list[list[Any]]) -> dict[int, LeaseRow]:
     if isinstance(value, list):
         # Files written before the columns were packed: one row per lease.
-        return {int(offset): Lease(int(lease), int(deadline), int(attempt), message_group)
+        return {int(offset): (int(lease), int(deadline), int(attempt), message_group)
                 for offset, lease, deadline, attempt, message_group in value}
     count = int(value["count"])
     offsets = unpack_ints(value["offsets"], count, delta=True)
@@ -830,6 +841,4 @@ def _decode_in_flight(value: dict[str, Any] | list[list[Any]]) -> dict[int, Leas
     message_groups = unpack_json(value["groups"]) if "groups" in value else [None] * count
     if len(message_groups) != count:
         raise ValueError(f"a queue lists {len(message_groups)} message groups for {count} leases")
-    return {offset: Lease(lease, deadline, attempt, message_group)
-            for offset, lease, deadline, attempt, message_group
-            in zip(offsets, leases, deadlines, attempts, message_groups)}
+    return dict(zip(offsets, zip(leases, deadlines, attempts, message_groups)))

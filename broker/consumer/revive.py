@@ -25,7 +25,7 @@ from collections import defaultdict
 from broker.consumer.committer import ClaimTable
 from broker.consumer.config import ConsumerConfig
 from broker.consumer.dead_letter import DeadLetter, DeadLetterService
-from broker.consumer.pop_state import PopStateManager
+from broker.consumer.pop_state import ATTEMPT, LEASE_ID, PopStateManager
 from broker.consumer.receive import WallClock, max_attempts, wall_clock_ms
 from broker.consumer.source import StoreQueueSource
 from broker.errors import BrokerError
@@ -94,7 +94,7 @@ class ReviveService:
                 if claims is not None and offset in claims.offsets:
                     continue
                 message = source.read(offset) if offset >= first_retained else None
-                due[(group, topic)].append(DeadLetter(queue_id, offset, lease.lease, lease.attempt, message))
+                due[(group, topic)].append(DeadLetter(queue_id, offset, lease[LEASE_ID], lease[ATTEMPT], message))
                 room -= 1
         moved = 0
         for (group, topic), letters in due.items():

@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from broker.consumer.pop_state import PopOp, PopQueue
+from broker.consumer.pop_state import ATTEMPT, DEADLINE, GROUP, LEASE_ID, PopOp, PopQueue
 from broker.filter_expression import TagFilter
 from store import message_const as mc
 from store.codec import MessageExt
@@ -134,17 +134,17 @@ def _select_concurrent(request: Request, queue: PopQueue | None, claims: QueueCl
         for offset, lease in expired.items():
             if len(deliveries) >= request.batch or len(op.filtered) >= FILTERED_PER_RECEIVE:
                 break
-            if offset in claims.offsets or lease.attempt >= request.max_attempts:
+            if offset in claims.offsets or lease[ATTEMPT] >= request.max_attempts:
                 continue
             message = source.read(offset)
             if message is None:
                 gone.append(offset)
                 continue
             if not request.tag_filter.matches(message.properties.get(mc.TAGS)):
-                op.filtered.append((offset, lease.lease))
+                op.filtered.append((offset, lease[LEASE_ID]))
                 continue
-            op.redo.append((offset, lease.lease, lease.attempt + 1))
-            deliveries.append(Delivery(offset, message, lease.attempt + 1))
+            op.redo.append((offset, lease[LEASE_ID], lease[ATTEMPT] + 1))
+            deliveries.append(Delivery(offset, message, lease[ATTEMPT] + 1))
         for offset in gone:
             queue.set_aside(offset)  # retention removed it: the revive service ends its lease
     wanted = request.batch - len(deliveries)
@@ -165,8 +165,8 @@ def _select_fifo(request: Request, queue: PopQueue | None, claims: QueueClaims, 
     held = {group for group, count in claims.groups.items() if count > 0}
     blocked_count = 0
     if queue is not None:
-        held.update(lease.message_group or "" for lease in queue.in_flight.values()
-                    if lease.deadline_ms > request.now_ms)
+        held.update(lease[GROUP] or "" for lease in queue.in_flight.values()
+                    if lease[DEADLINE] > request.now_ms)
         _select_fifo_below_frontier(request, queue, claims, source, selection, held)
         blocked_count = len(queue.blocked)
     if len(deliveries) >= request.batch or blocked_count >= request.fifo_max_blocked:
@@ -200,11 +200,11 @@ def _select_fifo_below_frontier(request: Request, queue: PopQueue, claims: Queue
     expired = queue.all_expired(request.now_ms, request.max_attempts)
     for offset in sorted(expired.keys() | queue.blocked.keys()):
         lease = expired.get(offset)
-        group = (lease.message_group or "") if lease is not None else queue.blocked[offset]
+        group = (lease[GROUP] or "") if lease is not None else queue.blocked[offset]
         if group in held:
             continue
         if offset in claims.offsets or len(deliveries) >= request.batch or \
-                (lease is not None and lease.attempt >= request.max_attempts):
+                (lease is not None and lease[ATTEMPT] >= request.max_attempts):
             held.add(group)
             continue
         message = source.read(offset)
@@ -219,13 +219,13 @@ def _select_fifo_below_frontier(request: Request, queue: PopQueue, claims: Queue
             if lease is None:
                 op.dropped.append(offset)
             elif len(op.filtered) < FILTERED_PER_RECEIVE:
-                op.filtered.append((offset, lease.lease))
+                op.filtered.append((offset, lease[LEASE_ID]))
             else:
                 held.add(group)
             continue
         if lease is not None:
-            op.redo.append((offset, lease.lease, lease.attempt + 1))
-            deliveries.append(Delivery(offset, message, lease.attempt + 1))
+            op.redo.append((offset, lease[LEASE_ID], lease[ATTEMPT] + 1))
+            deliveries.append(Delivery(offset, message, lease[ATTEMPT] + 1))
         else:
             op.unblock.append(offset)
             deliveries.append(Delivery(offset, message, 1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.consumer.pop_state import AckOp, PopStateManager, ResendOp, decode_op
+from broker.consumer.pop_state import ATTEMPT, AckOp, PopStateManager, ResendOp, decode_op
 from tests.unit.test_pop_state import NOW, G, T, apply, messages, pop
 
 
@@ -39,7 +39,7 @@ def test_a_resend_of_a_message_not_yet_delivered_or_in_flight_does_nothing(state
 def test_a_resend_to_a_group_that_never_popped_the_queue_starts_it_where_it_stands(state):
     apply(state, 10, ResendOp(G, T, 0, 3, initial=5))
     queue = state.queue(G, T, 0)
-    assert queue.pop_offset == 5 and queue.in_flight[3].attempt == 0
+    assert queue.pop_offset == 5 and queue.in_flight[3][ATTEMPT] == 0
 
 
 def test_the_op_survives_its_json_round_trip():
