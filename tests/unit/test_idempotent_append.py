@@ -113,6 +113,23 @@ def test_table_snapshot_round_trip_and_incremental_encoding():
     assert again.lookup("q", 1) == AppendedRange(31, 31) and again.lookup("p", 4) == AppendedRange(9, 9)
 
 
+def test_the_table_is_state_the_garbage_collector_leaves_alone():
+    # A full collection runs on the event loop and walks every object it
+    # tracks: at the table's limits (10,000 producers x 64 sequences) the
+    # appends as objects cost each one 283 ms, long enough for an election.
+    import gc
+    table = ProducerTable(sequences=4)
+    for sequence in range(10):
+        for producer in ("p", "q"):
+            table.apply_mark(100 * sequence + (producer == "q"), mark(producer, sequence, at_ms=5_000 + sequence))
+    restored = ProducerTable.from_json(table.to_json(), sequences=4)
+    gc.collect()
+    for held in (table, restored):
+        appends = held._producers["p"].appends
+        assert list(appends) == [6, 7, 8, 9] and not gc.is_tracked(appends)
+        assert held.lookup("p", 9) == AppendedRange(901, 901) and held.lookup("q", 6) == AppendedRange(602, 602)
+
+
 # ------------------------------------------------------------- the cluster
 
 async def test_a_repeated_request_is_answered_with_the_original_indexes(cluster: Cluster):
