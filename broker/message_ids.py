@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from typing import Iterator, NamedTuple
 
 from dledger.checked_read import CheckedReader
@@ -29,6 +28,7 @@ from store import codec
 from store.codec import DispatchRequest
 from store.commit_log import DLEDGER_HEADER_SIZE
 from store.errors import MessageDecodeError
+from store.recent_map import RecentMap
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +52,10 @@ Key = tuple[str, str]  # (topic, message id)
 # tuple of ints and a str, which the garbage collector stops tracking the
 # first time it sees it (the key too: two strs).
 Row = tuple[int, int, int, int, str]
-# The table is a few plain dicts, each holding the ids of a quarter of the
-# window's entries, not one OrderedDict: a full collection walks an
-# OrderedDict's every link (26 ms for 200,000 ints on an idle machine, over
-# 100 ms on a busy one, with its rows as objects), while a plain dict of
-# untracked keys and rows is itself untracked. A leader's heartbeats waited
-# for those collections (tests/integration/test_big_state.py).
-GENERATIONS = 4
+# The table is a RecentMap (store/recent_map.py) positioned by entry index:
+# a few plain dicts, not one OrderedDict, so that full garbage collections do
+# not walk it (a leader's heartbeats waited for them:
+# tests/integration/test_big_state.py).
 
 
 def _stored(row: Row) -> StoredMessage:
@@ -68,12 +65,9 @@ def _stored(row: Row) -> StoredMessage:
 class MessageIdTable:
     def __init__(self, window: int) -> None:
         self.window = window
-        self._span = max(1, window // GENERATIONS)
-        # Applied messages in log order: (first entry index, its dict), newest
-        # last. A generation is dropped once all of it is out of the window;
-        # until then a lookup checks the row's index against the window.
-        self._generations: deque[tuple[int, dict[Key, Row]]] = deque()
-        self._latest = -1            # the entry index of the last message added
+        # Applied messages by entry index. It may hold a little more than the
+        # window: a lookup checks the row's index against it.
+        self._ids: RecentMap[Key, Row] = RecentMap(window)
         # The leader's: committed sends its apply loop has not reached yet.
         self._committed: dict[Key, StoredMessage] = {}
         # While the rebuild runs: what it has read so far (older than the rest).
@@ -82,9 +76,8 @@ class MessageIdTable:
 
     def rows(self) -> Iterator[tuple[Key, Row]]:
         """The ids in the window, oldest first."""
-        oldest = self._latest - self.window
-        newest = {key: row for _, generation in self._generations for key, row in generation.items()
-                  if row[0] > oldest}
+        oldest = self._ids.latest - self.window
+        newest = {key: row for key, row in self._ids.items() if row[0] > oldest}
         return iter(sorted(newest.items(), key=lambda item: item[1][0]))
 
     def on_arrival(self, request: DispatchRequest, index: int) -> None:
@@ -92,30 +85,12 @@ class MessageIdTable:
         if message_id:
             key = (request.topic, message_id)
             self._committed.pop(key, None)
-            self._add(key, (index, request.queue_id, request.queue_offset, request.physical_offset,
-                            request.topic))
-
-    def _add(self, key: Key, row: Row) -> None:
-        index = row[0]
-        generations = self._generations
-        if not generations or index - generations[-1][0] >= self._span:
-            generations.append((index, {}))
-        generations[-1][1][key] = row
-        self._latest = index
-        self._drop_old()
-
-    def _drop_old(self) -> None:
-        """The oldest generation goes once the next one begins inside the window."""
-        generations = self._generations
-        while len(generations) > 1 and generations[1][0] <= self._latest - self.window + 1:
-            generations.popleft()
+            self._ids.put(key, (index, request.queue_id, request.queue_offset, request.physical_offset,
+                                request.topic), index)
 
     def _find(self, key: Key) -> Row | None:
-        for _, generation in reversed(self._generations):
-            row = generation.get(key)
-            if row is not None:
-                return row if row[0] > self._latest - self.window else None
-        return None
+        row = self._ids.get(key)
+        return row if row is not None and row[0] > self._ids.latest - self.window else None
 
     def remember(self, message_id: str, stored: StoredMessage) -> None:
         """Called by the leader as soon as a send commits: from then until
@@ -167,13 +142,11 @@ class MessageIdTable:
             self.rebuilt.set()
 
     def _merge(self, older: dict[Key, Row]) -> None:
-        """The rebuilt ids become the oldest generation: all of them lie
-        before the entries applied since the start."""
-        if not older:
-            return
-        self._generations.appendleft((min(row[0] for row in older.values()), older))
-        self._latest = max(self._latest, max(row[0] for row in older.values()))
-        self._drop_old()
+        """The rebuilt ids become the oldest slice: all of them lie before
+        the entries applied since the start."""
+        if older:
+            indexes = [row[0] for row in older.values()]
+            self._ids.prepend(min(indexes), older, max(indexes))
 
 
 def _messages(data: memoryview, count: int, untagged: bool) -> Iterator[tuple[int, DispatchRequest]]:

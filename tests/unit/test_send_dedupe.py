@@ -78,8 +78,8 @@ async def test_a_retry_at_a_new_leader_still_applying_is_answered_not_stored(clu
         stored_at = next(i for i in range(reput.applied_index, -1, -1)
                          if message_id.encode() in cluster.servers[node].store.get(i).body)
         reput.progress.applied_index = reput._dispatched = stored_at - 1  # applied up to just before it...
-        for _, generation in cluster.brokers[node].sender.recent._generations:  # ...so not known yet
-            generation.pop(("Dedupe", message_id), None)
+        for _, held in cluster.brokers[node].sender.recent._ids._slices:  # ...so not known yet
+            held.pop(("Dedupe", message_id), None)
     pauses = [apply_paused(cluster.stores[n]) for n in others]
     for pause in pauses:
         pause.__enter__()
@@ -148,7 +148,7 @@ def test_the_table_holds_the_messages_of_the_last_window_of_entries():
             known = [i for i in range(index + 1) if table.get("T", f"id{i}") is not None]
             assert known == list(range(max(0, index - 99), index + 1))
             assert [row[0] for _, row in table.rows()] == known
-    assert len(table._generations) <= 6
+    assert len(table._ids._slices) <= 6
 
 
 def first_index(cluster: BrokerCluster, node: str, message) -> int:
@@ -280,5 +280,5 @@ def test_the_tables_rows_are_not_walked_by_the_garbage_collector():
         table.on_arrival(SimpleNamespace(uniq_key=f"id{index}", topic="T", queue_id=1, queue_offset=index,
                                          physical_offset=10 * index), index)
     gc.collect()
-    assert table._generations and not any(gc.is_tracked(generation) for _, generation in table._generations)
+    assert table._ids._slices and not any(gc.is_tracked(held) for _, held in table._ids._slices)
     assert table.get("T", "id7") == StoredMessage(1, 7, 70, "T")
