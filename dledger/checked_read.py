@@ -15,6 +15,7 @@ check-back committed it a second time.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ from dledger.errors import CorruptLogError
 
 if TYPE_CHECKING:
     from dledger.server import DLedgerServer
+
+log = logging.getLogger(__name__)
 
 REPAIR_POLL_S = 0.05
 
@@ -72,6 +75,8 @@ class CheckedReader:
 
     async def _repaired(self, index: int) -> None:
         store = self.server.store
+        if store.ledger_end_index < index:
+            log.warning("entry %d is being repaired from the leader: reading on once it is back", index)
         while store.ledger_end_index < index:
             await asyncio.sleep(REPAIR_POLL_S)
 
