@@ -170,7 +170,7 @@ async def test_without_a_connected_producer_checks_are_not_counted_until_the_lif
     cluster.clock.advance(5_000)
     await asyncio.sleep(0.5)  # several passes of the checker
     leader = await cluster.leader_broker()
-    [half] = leader.transactions.state.halves.values()
+    [half] = [leader.transactions.state.get(offset) for offset in leader.transactions.state.halves]
     assert half.check_times == 0 and leader.transactions.checks_sent == 0
     producer = connect_producer(cluster, await cluster.wait_leader())  # it comes (back): it is asked
     assert (await producer.outbox.get()).recover_orphaned_transaction_command.transaction_id == transaction
