@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from dledger.entry import verified_prefix
 from dledger.errors import CorruptLogError
@@ -30,8 +29,7 @@ log = logging.getLogger(__name__)
 REPAIR_POLL_S = 0.05
 
 
-@dataclass(frozen=True)
-class CheckedRun:
+class CheckedRun(NamedTuple):
     data: bytes
     count: int            # entries from the run's start that passed their checks
     damaged: int | None   # the first entry that did not, now being repaired
@@ -55,10 +53,10 @@ class CheckedReader:
         if count == 0:
             return CheckedRun(data, 0, None)
         good, damaged = self._verified(data, start, count)
-        if good < count:
-            self.server.repair_damage(damaged)
-            return CheckedRun(data, good, damaged)
-        return CheckedRun(data, good, None)
+        if good == count:
+            return CheckedRun(data, good, None)
+        self.server.repair_damage(damaged)
+        return CheckedRun(data, good, damaged)
 
     async def read_repaired(self, start: int, max_bytes: int, max_count: int) -> tuple[bytes, int]:
         """As read, but a damaged entry is waited for until its repair has

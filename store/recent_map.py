@@ -47,7 +47,7 @@ class RecentMap(Generic[K, V]):
         if not slices or position - slices[-1][0] >= self._span:
             slices.append((position, {}))
         slices[-1][1][key] = value
-        self.latest = max(self.latest, position)
+        self.latest = position   # positions only grow
         self._drop_old()
 
     def get(self, key: K) -> V | None:
