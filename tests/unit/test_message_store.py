@@ -17,6 +17,7 @@ from store.message_id import decode_offset_message_id
 from store.subscription_group import SubscriptionGroupConfig
 from store.topic_config import TopicConfig
 from tests.unit.store_harness import StoreCluster, message
+from tests.unit.test_repair import flip
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -501,14 +502,6 @@ def byte_in_entry(log_store, needle: bytes, offset: int) -> tuple[str, int]:
     return segment.path, pos - segment.start + HEADER_SIZE + log_store.get(index).body.index(needle) + offset
 
 
-def flip(path: str, at: int) -> None:
-    with open(path, "r+b") as file:
-        file.seek(at)
-        byte = file.read(1)
-        file.seek(at)
-        file.write(bytes([byte[0] ^ 0x01]))
-
-
 async def test_an_entry_damaged_on_disk_is_repaired_before_a_replay_applies_it(cluster: StoreCluster):
     # Entries were CRC-checked when they entered the log, but a store that
     # derives its state again replays them from disk. In a 10-minute broker
@@ -523,7 +516,7 @@ async def test_an_entry_damaged_on_disk_is_repaired_before_a_replay_applies_it(c
     damaged = byte_in_entry(cluster.servers[follower].store, b"order-010", 6)
     await cluster.stop(follower)
     shutil.rmtree(os.path.join(cluster.configs[follower].data_dir, "store"))  # derived again from the log
-    flip(*damaged)     # order-010 -> order-011 in this copy
+    flip(*damaged, bit=0x01)     # order-010 -> order-011 in this copy
     await cluster.start(follower)
     await cluster.wait_applied(timeout=15)
     replica = cluster.stores[follower]
@@ -544,7 +537,7 @@ async def test_the_message_id_table_rebuilt_at_start_reads_no_damaged_entry(clus
     follower = next(n for n in cluster.stores if not cluster.servers[n].member_state.is_leader)
     damaged = byte_in_entry(cluster.servers[follower].store, b"ID-010", 5)
     await cluster.stop(follower)
-    flip(*damaged)     # ID-010 -> ID-011 in this copy
+    flip(*damaged, bit=0x01)     # ID-010 -> ID-011 in this copy
     await cluster.start(follower)
     replica = cluster.stores[follower]
     table = MessageIdTable(window=1000)
