@@ -111,9 +111,15 @@ class DLedgerConfig:
     # A commit-only push when idle, at most this often (DLedger: 1 s).
     commit_push_interval_s: float = 1.0
     # A follower more than this many entries behind the commit index (one
-    # catching up, not one in the quorum) is throttled to a byte quota.
+    # catching up, not one in the quorum) is throttled to a byte quota, while
+    # the commit index moved within the last peer_push_throttle_busy_s: the
+    # quota keeps a catch-up from starving the leader's writers, and a leader
+    # that committed nothing for that long has none (it is idle, or it cannot
+    # commit until this follower catches up: a majority that needs a repaired
+    # or replaced node waited at 20 MiB/s for it before).
     peer_push_throttle_lag: int = 1000
     peer_push_quota_bytes_per_s: int = 20 << 20
+    peer_push_throttle_busy_s: float = 1.0
     # Follower: an out-of-order push waiting for a gap this long fails with
     # INCONSISTENT_STATE so the leader goes back to COMPARE.
     follower_gap_timeout_s: float = 1.0

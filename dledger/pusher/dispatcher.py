@@ -9,7 +9,10 @@ The pending map remembers each in-flight push with its send time; if the oldest
 goes unanswered for `push_timeout_s` we resend from the follower's acknowledged
 index. When there is nothing to send, a COMMIT push carries the commit index.
 A follower more than `peer_push_throttle_lag` entries behind gets at most
-`peer_push_quota_bytes_per_s`, so a catching-up follower cannot starve the others.
+`peer_push_quota_bytes_per_s` while the leader is committing writes, so a
+catching-up follower cannot starve them; with no commit for
+`peer_push_throttle_busy_s` (an idle leader, or a majority that waits for this
+very follower) it gets all the leader can send.
 
 The decisions (`next_compare_index`, `Quota`) are plain code; the task only
 waits, sends and records answers.
@@ -135,6 +138,8 @@ class EntryDispatcher:
         # (index, JSON) of the committed configuration, sent with a reset
         # (the follower will not see the configuration entries before it).
         self.committed_membership: Callable[[], tuple[int, bytes]] = lambda: (-1, b"")
+        # When the leader's commit index last moved (DLedgerEntryPusher's).
+        self.last_commit_at: Callable[[], float] = lambda: float("inf")
         self.quota = Quota(config.peer_push_quota_bytes_per_s)
         self.term = -1
         self.state = DispatchState.COMPARE
@@ -350,7 +355,8 @@ class EntryDispatcher:
             # a follower that keeps up with the quorum are pipeline, not lag
             # (measured from the log end, a busy leader throttled its healthy
             # followers to the catch-up quota).
-            lagging = self.member_state.committed_index - self.acked_index > config.peer_push_throttle_lag
+            lagging = self.member_state.committed_index - self.acked_index > config.peer_push_throttle_lag \
+                and now - self.last_commit_at() < config.peer_push_throttle_busy_s
             if lagging and self.quota.wait_time(now) > 0:
                 break
             # Throttled, a push carries no more than the window has left (a

@@ -69,6 +69,7 @@ class DLedgerEntryPusher:
         self._flush_wakeup = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._leader_term = -1
+        self._last_commit_at = float("-inf")   # as leader: when the commit index last moved
         self._term_first_index = 0
         # Idempotent appends: the producer table holds what is committed; this
         # term's own appends (in mark order) answer retries until committed.
@@ -115,6 +116,7 @@ class DLedgerEntryPusher:
                                      self.clock, self._wake_checker)
         dispatcher.committed_membership = lambda: (self.membership.committed_index,
                                                    self.membership.committed.to_json())
+        dispatcher.last_commit_at = lambda: self._last_commit_at
         return dispatcher
 
     def _on_membership_change(self, current: Membership) -> None:
@@ -425,6 +427,7 @@ class DLedgerEntryPusher:
             self.quorum.compute_committed(ms.term, ms.committed_index, self.store.term_at))
         if committed > ms.committed_index:
             ms.committed_index = committed
+            self._last_commit_at = self.clock.now()
             self.store.set_committed_index(committed)
             self.on_commit(committed)
             for dispatcher in self.dispatchers.values():
