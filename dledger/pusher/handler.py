@@ -194,9 +194,16 @@ class EntryHandler:
             try:
                 await asyncio.wait_for(asyncio.shield(waiting.done), self.config.follower_gap_timeout_s)
             except asyncio.TimeoutError:
-                self._waiting.pop(first, None)
+                self._forget_waiting(first, waiting)
                 return self._response(request, ResponseCode.INCONSISTENT_STATE,
                                       f"gap before {first} not filled (ledger end {self.store.ledger_end_index})")
+            except asyncio.CancelledError:
+                # The push's call went away (the leader's stream closed): the
+                # leader resends. Left queued, a term change or truncation
+                # failed its future with nobody to see it (asyncio logged
+                # "Future exception was never retrieved" in chaos runs).
+                self._forget_waiting(first, waiting)
+                raise
             except DLedgerError as e:
                 return self._response(request, e.code, e.message)
         else:
@@ -206,6 +213,10 @@ class EntryHandler:
         if self.config.flush_mode is FlushMode.SYNC and self.store.flushed_index < last:
             await self.store.flush()
         return self._response(request)
+
+    def _forget_waiting(self, first: int, waiting: _WaitingAppend) -> None:
+        if self._waiting.get(first) is waiting:
+            del self._waiting[first]
 
     async def _flush_what_is_written(self) -> None:
         """An APPEND whose call was cancelled (its deadline passed while the
