@@ -405,9 +405,14 @@ class DLedgerEntryPusher:
                 raise
             if self.config.flush_mode is FlushMode.SYNC and term == self._leader_term and term != -1:
                 if self.quorum.update_watermark(term, self.config.self_id, flushed):
-                    self._checker_wakeup.set()
+                    self._wake_checker()
 
     def _wake_checker(self) -> None:
+        """A watermark rose. The commit it allows is taken here and now, not
+        when the checker task next runs: that wake-up was one event-loop turn
+        (about 0.1 ms of an append's 3 ms at one in flight) on every commit.
+        The task still runs, for the membership checks."""
+        self._advance_commit()
         self._checker_wakeup.set()
 
     async def _quorum_ack_checker(self) -> None:
@@ -420,9 +425,16 @@ class DLedgerEntryPusher:
             self.quorum.expire(self.clock.now())
 
     def check_quorum(self) -> None:
+        if self._advance_commit():
+            self._maybe_promote()
+            self._step_down_if_removed()
+
+    def _advance_commit(self) -> bool:
+        """Commit what the watermarks allow and complete the appends waiting
+        for it; False when this node does not lead in the pusher's term."""
         ms = self.member_state
         if not ms.is_leader or self._leader_term != ms.term:
-            return
+            return False
         committed = self._whole_batches_only(
             self.quorum.compute_committed(ms.term, ms.committed_index, self.store.term_at))
         if committed > ms.committed_index:
@@ -434,8 +446,7 @@ class DLedgerEntryPusher:
                 dispatcher.wakeup.set()
         # Also completes a retried append that joined after its range committed.
         self.quorum.complete_up_to(ms.committed_index)
-        self._maybe_promote()
-        self._step_down_if_removed()
+        return True
 
     def _committed(self, index: int) -> None:
         self.on_commit(index)
