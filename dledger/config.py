@@ -274,6 +274,9 @@ class DLedgerConfig:
             raise ValueError("max_entry_size must fit in one data file")
         if self.index_file_size % 32:
             raise ValueError("index_file_size must be a multiple of 32")
+        if self.peer_push_quota_bytes_per_s <= 0:
+            # A zero quota would starve a far-behind follower for as long as writes commit.
+            raise ValueError("peer_push_quota_bytes_per_s must be positive")
         if self.mutual_tls and self.client_bind_address == self.bind_address:
             raise ValueError("mutual TLS between peers needs a separate client port: give advertised_addresses "
                              "(where clients reach each node) and, if needed, client_listen_address")

@@ -130,6 +130,8 @@ def test_toml_peers_may_be_a_string_or_a_list(tmp_path):
     ({"self_id": "n0", "peers": PEERS, "data_dir": "d", "preallocate": "maybe"}, "preallocate"),
     ({"self_id": "n0", "peers": PEERS, "data_dir": "d", "color": "red"}, "unknown setting 'color'"),
     ({"self_id": "n0", "peers": PEERS, "data_dir": "d", "heartbeat_interval_s": 0.4}, "heartbeat"),
+    ({"self_id": "n0", "peers": PEERS, "data_dir": "d", "peer_push_quota_bytes_per_s": 0}, "must be positive"),
+    ({"self_id": "n0", "peers": PEERS, "data_dir": "d", "peer_push_throttle_busy_s": -1}, "negative"),
 ])
 def test_bad_settings_fail_with_one_line_naming_the_problem(values, fragment):
     with pytest.raises(ConfigError) as raised:
