@@ -351,7 +351,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
     async def _relayed_telemetry(self, client_id: str, request_iterator: AsyncIterator[spb.TelemetryCommand],
                                  context: grpc.aio.ServicerContext) -> AsyncIterator[spb.TelemetryCommand]:
         if not self.forwarder.is_leader():
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "this node does not lead")
+            await abort_unless_over(context, grpc.StatusCode.UNAVAILABLE, "this node does not lead")
+            return
 
         async def lost_leadership() -> None:
             while self.forwarder.is_leader():
@@ -360,7 +361,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         async for command in self.broker.clients.telemetry(client_id, request_iterator, lost_leadership):
             yield command
         if not self.forwarder.is_leader():
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "this node stopped leading")
+            await abort_unless_over(context, grpc.StatusCode.UNAVAILABLE, "this node stopped leading")
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
                         context: grpc.aio.ServicerContext) -> AsyncIterator[spb.TelemetryCommand]:
@@ -392,6 +393,20 @@ def _batched(request: spb.ReceiveMessageRequest) -> spb.ReceiveMessageRequest:
     forwarded.CopyFrom(request)
     forwarded.batched_response = True
     return forwarded
+
+
+async def abort_unless_over(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> None:
+    """context.abort() for a stream whose caller may be gone. When the relay
+    cancelled it or its connection closed, the request stream just ends
+    (context.done() still says False) and grpcio fails the abort itself
+    (ExecuteBatchError): nobody is left to tell, and it is no error of ours
+    (Telemetry logged it as "unexpected error" in a chaos run)."""
+    try:
+        await context.abort(code, details)
+    except grpc.aio.AbortError:
+        raise
+    except Exception as error:  # noqa: BLE001 - grpcio's private ExecuteBatchError
+        log.debug("%s (%s) not sent: the call is over (%s)", code.name, details, error)
 
 
 async def _unbatched(responses: AsyncIterator[spb.ReceiveMessageResponse]
