@@ -500,9 +500,9 @@ class RecentReceive(NamedTuple):
 
     Its offsets are kept as runs, as a receive takes them: a batch of 32 from
     one queue is one run. Every state file holds the last ATTEMPT_CACHE_SIZE
-    of these, so each node encodes them every few seconds: as (queue, offset)
-    pairs that was 340 ms of GIL-holding work and 5 MB of JSON per write for
-    10,000 receives of 32, as runs 40 ms and 1 MB."""
+    of these, so each node writes them every few seconds: as (queue, offset)
+    pairs a write took 560-780 ms of GIL-holding work and 3.7 MB for 10,000
+    receives of 32, as runs 27-40 ms and 430 KB."""
     index: int
     topic: str
     runs: tuple[Run, ...]
