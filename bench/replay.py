@@ -307,8 +307,10 @@ def bench_live(entries: int, runs: int = 2) -> None:
     from spark.session import build_session
 
     base = Path(tempfile.mkdtemp(prefix="bench-live-"))
+    # With metrics ports, as `dledger cluster up` starts nodes: live mode's runs
+    # then come over them (liveTransport=auto), and live_replicas_grpc reads gRPC.
     cluster = ProcessCluster(base, extra_args=["--data-file-size", str(256 << 20), "--index-file-size",
-                                               str(8 << 20), "--preallocate", "false"])
+                                               str(8 << 20), "--preallocate", "false"], metrics=True)
     cluster.start()
     servers = ",".join(cluster.addresses.values())
     loop = asyncio.new_event_loop()
@@ -332,6 +334,9 @@ def bench_live(entries: int, runs: int = 2) -> None:
                 break
             time.sleep(0.2)
         frames = {"live_replicas": lambda: spark.read.format("dledger").option("servers", servers).load(),
+                  # The same runs over the nodes' gRPC Read instead of their HTTP port (sendfile).
+                  "live_replicas_grpc": lambda: spark.read.format("dledger").option("servers", servers)
+                  .option("liveTransport", "grpc").load(),
                   "live_leader": lambda: spark.read.format("dledger").option("servers", servers)
                   .option("preferReplicas", "false").load(),
                   # Live mode's Python reader (the same raw runs, decoded in the Python workers).

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from cluster.console.backend import Target
 from cluster.console.server import ConsoleHttpServer, start_console_server, stop_console_server
+from cluster.raw_read_http import RawReadEndpoint
 from dledger.rpc.credentials import ClientSecurity
 from dledger.status import NodeStatus
 
@@ -188,7 +189,14 @@ class NodeMetrics:
         # bad_signature, stale, forbidden) and RPC; never who or with what secret.
         self.auth_denied = Counter("dledger_auth_denied", "Calls refused by authentication or ACLs",
                                    ("group", "self_id", "reason", "rpc"), registry=self.registry)
+        # Runs sent from the files over the metrics port (cluster/raw_read_http.py).
+        self._raw_read_bytes = Counter("dledger_raw_http_read_bytes", "Entry bytes of committed runs sent over "
+                                       "HTTP with sendfile (Spark's live reads)", ("group", "self_id"),
+                                       registry=self.registry).labels(group, self_id)
         self._http: tuple[object, threading.Thread] | None = None
+
+    def on_raw_run_sent(self, length: int) -> None:
+        self._raw_read_bytes.inc(length)
 
     def on_registration(self, ok: bool) -> None:
         (self._registrations_ok if ok else self._registrations_failed).inc()
@@ -209,11 +217,12 @@ class NodeMetrics:
         self._http = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
 
     def serve_with_console(self, address: str, console: Target, security: ClientSecurity | None = None,
-                           sign_in: bool = False) -> None:
+                           sign_in: bool = False, raw_reads: RawReadEndpoint | None = None) -> None:
         """`serve`, plus the web console on the same port (cluster/console/),
         reading the cluster through `console` (the node's own client address,
-        over TLS trusting `security`'s CA; with `sign_in` as the page's user)."""
-        self._http = start_console_server(address, console, self.registry, security, sign_in)
+        over TLS trusting `security`'s CA; with `sign_in` as the page's user),
+        and the node's raw reads for Spark (cluster/raw_read_http.py)."""
+        self._http = start_console_server(address, console, self.registry, security, sign_in, raw_reads)
 
     def close(self) -> None:
         if self._http is not None:

@@ -29,6 +29,7 @@ from broker.service import MessagingServicer
 from cluster.console.backend import Target
 from cluster.event_loop import loop_name
 from cluster.front_end import FrontEnd
+from cluster.raw_read_http import RawReadEndpoint
 from cluster.metrics import NodeMetrics
 from dledger.tasks import set_crash_handler
 from dledger.config import DLedgerConfig
@@ -289,8 +290,14 @@ class Node:
             # this node's gRPC APIs, on its client port (TLS trusting the
             # cluster CA). With auth on it holds no credentials: the page asks
             # the user to sign in and signs its requests (cluster/console/).
+            # Raw reads send log bytes in clear and unsigned: only where
+            # the node's own APIs need neither TLS nor credentials.
+            raw_reads = RawReadEndpoint(self.server, asyncio.get_running_loop(),
+                                        enabled=not self.tls.enabled and not config.auth_enabled,
+                                        on_run_sent=self.metrics.on_raw_run_sent)
             self.metrics.serve_with_console(address, Target((self_client_address(config),), config.group),
-                                            ClientSecurity(ca=self.tls.ca), sign_in=config.auth_enabled)
+                                            ClientSecurity(ca=self.tls.ca), sign_in=config.auth_enabled,
+                                            raw_reads=raw_reads)
         except OSError as error:
             raise NodeStartError(f"cannot serve metrics on {address}: {error.strerror}") from None
 

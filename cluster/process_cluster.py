@@ -102,7 +102,8 @@ DEFAULT_NODE_FILES = ["--data-file-size", str(DLedgerConfig.data_file_size),
 class ProcessCluster:
     def __init__(self, base: Path, size: int = 3, extra_args: list[str] | None = None,
                  log_dir: Path | None = None, tls_dir: Path | None = None, id_prefix: str = "n",
-                 front_ends: bool = False, spares: int = 0, alternates: bool = False) -> None:
+                 front_ends: bool = False, spares: int = 0, alternates: bool = False,
+                 metrics: bool = False) -> None:
         # Broker groups side by side name their nodes g<g>n<i> (id_prefix "g0n").
         self.ids = [f"{id_prefix}{i}" for i in range(size)]
         # Every id this cluster may ever use, with every address each may
@@ -120,6 +121,9 @@ class ProcessCluster:
         # With `front_ends`: every node's front end (broker/config.py), which
         # the routes then give clients.
         self.front_ends = {n: f"127.0.0.1:{p}" for n, p in zip(self.ids, free_ports(size))} if front_ends else {}
+        # With `metrics`: every node's metrics port, as `dledger cluster up`
+        # gives one (the console, /metrics and the raw reads Spark uses).
+        self.metrics_ports = dict(zip(self.ids, free_ports(size))) if metrics else {}
         self.base = base
         self.log_dir = log_dir or base
         # Node files sized for tests and tools: the default 1 GiB data segments
@@ -220,6 +224,8 @@ class ProcessCluster:
                 routing += ["--front-ends", ",".join(f"{n}={a}" for n, a in self.front_ends.items())]
             if node_id in self.joining:
                 routing.append("--join")
+            if node_id in self.metrics_ports:
+                routing += ["--metrics-port", str(self.metrics_ports[node_id])]
             log = open(self.log_dir / f"{node_id}.log", "ab")
             env = dict(os.environ, PYTHONPATH=str(ROOT))
             env[failpoints.ENV_DIR] = str(self.failpoints_dir(node_id))

@@ -44,11 +44,23 @@ class RawRunResponse:
     def SerializeToString(self) -> bytes:  # noqa: N802 - protobuf's name, so one serializer takes both
         head = pb.ReadResponse(header=self.header, committed_index=self.committed_index,
                                leader_confirmed=self.leader_confirmed).SerializeToString()
-        parts = [head]
-        for key, value in ((_RAW_RECORDS_KEY, self.raw_records), (_RAW_DATA_KEY, self.raw_data)):
-            if value:
-                parts += (key, _varint(len(value)), value)
-        return b"".join(parts)
+        if not self.raw_records and not self.raw_data:
+            return head
+        return b"".join((raw_run_prefix(head, self.raw_records, len(self.raw_data)), self.raw_data))
+
+
+def raw_run_prefix(head: bytes, records: bytes, data_length: int) -> bytes:
+    """The wire form of a raw run's ReadResponse up to its data: `head` (the
+    small fields, encoded), the index records, and the data field's key and
+    length, so that the `data_length` bytes of entries that follow complete
+    the message (sent from wherever they are: cluster/raw_read_http.py sends
+    them straight from the segment file)."""
+    parts = [head]
+    if records:
+        parts += (_RAW_RECORDS_KEY, _varint(len(records)), records)
+    if data_length:
+        parts += (_RAW_DATA_KEY, _varint(data_length))
+    return b"".join(parts)
 
 
 def serialize_read_response(response: pb.ReadResponse | RawRunResponse) -> bytes:

@@ -28,7 +28,7 @@ from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
 from dledger.loop_lag import LoopLagMonitor
 from dledger.producer_table import Snapshot
 from dledger.raw_run import RawRunResponse
-from dledger.store.file_store import AppendHook, DLedgerFileStore
+from dledger.store.file_store import AppendHook, DLedgerFileStore, RawRunPlan
 from dledger.store.properties import write_atomic
 from dledger.tasks import fail_stop, start_task
 from dledger.transport import Transport
@@ -449,10 +449,20 @@ class DLedgerServer:
             # From the leader, a read sees everything committed before it began.
             await self.confirm_leadership()
             confirmed = True
+        start, end = self._read_bounds(request.start_index, request.end_index)
+        batch_bytes = min(request.max_batch_bytes, MAX_READ_BATCH_BYTES) if request.max_batch_bytes > 0 \
+            else DEFAULT_READ_BATCH_BYTES
+        if request.raw:
+            return self._read_raw_runs(start, end, batch_bytes, confirmed)
+        return self._read_batches(start, end, batch_bytes, request.include_system, confirmed)
+
+    def _read_bounds(self, start_index: int, end_index: int) -> tuple[int, int]:
+        """A read's range (-1: the log's begin, the committed index), refused
+        where this node cannot serve all of it."""
         store = self.store
         committed = self.member_state.committed_index
-        start = store.ledger_begin_index if request.start_index < 0 else request.start_index
-        end = committed if request.end_index < 0 else request.end_index
+        start = store.ledger_begin_index if start_index < 0 else start_index
+        end = committed if end_index < 0 else end_index
         if start < store.ledger_begin_index:
             raise DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN,
                                f"start {start} is below the ledger begin index {store.ledger_begin_index}")
@@ -465,11 +475,32 @@ class DLedgerServer:
             raise DLedgerError(ResponseCode.CORRUPT_LOG,
                                f"{self.config.self_id} lost entries {store.ledger_end_index + 1}..{end} (damaged "
                                f"on its disk) and is repairing them from the leader: read them from another node")
-        batch_bytes = min(request.max_batch_bytes, MAX_READ_BATCH_BYTES) if request.max_batch_bytes > 0 \
-            else DEFAULT_READ_BATCH_BYTES
-        if request.raw:
-            return self._read_raw_runs(start, end, batch_bytes, confirmed)
-        return self._read_batches(start, end, batch_bytes, request.include_system, confirmed)
+        return start, end
+
+    def plan_raw_reads(self, group: str, start_index: int, end_index: int, run_bytes: int,
+                       budget_bytes: int) -> list[RawRunPlan]:
+        """Where the committed entries [start_index, end_index] lie, as runs of
+        at most `run_bytes`, for about `budget_bytes` from the start: a raw read
+        that sends the files' bytes itself (cluster/raw_read_http.py) asks again
+        from after the last run. The same bounds as a Read; no leadership check,
+        since a range at or below the committed index is the same on every node."""
+        self._require_started()
+        self.check_group(pb.Header(group=group))
+        start, end = self._read_bounds(start_index, end_index)
+        run_bytes = min(max(run_bytes, 1), MAX_READ_BATCH_BYTES)
+        plans: list[RawRunPlan] = []
+        index, planned = start, 0
+        while index <= end and planned < budget_bytes:
+            try:
+                plan = self.store.plan_raw_run(index, run_bytes, end - index + 1)
+            except CorruptLogError as error:
+                raise self._damage_found_by_read(index, error) from None
+            if plan is None:
+                break
+            plans.append(plan)
+            index += plan.count
+            planned += plan.length
+        return plans
 
     async def _read_raw_runs(self, start: int, end: int, batch_bytes: int,
                              confirmed: bool) -> AsyncIterator[RawRunResponse]:

@@ -28,6 +28,9 @@ with a message naming them: a typo must not silently read something else.
     preferReplicas        live mode: true (default) reads from followers up to the committed
                           index pinned at planning; false: from the leader
     maxBytesPerSecond     live mode: throttle each partition's reads to this many bytes/s
+    liveTransport         live mode, JVM reader: auto (default): runs sent from the nodes' files
+                          over their HTTP (metrics) port where a node offers it (no TLS, no auth),
+                          else gRPC; grpc: always the gRPC Read. The Python reader reads over gRPC
     failOnDataLoss        stream: fail (default) or skip when retention deleted entries not yet read
     decode                arrow (default): RecordBatches to Spark; tuples: row by row (slower, for comparison)
     reader                batch (file or live mode): auto (default): the JVM reader when the session
@@ -64,10 +67,12 @@ EARLIEST, LATEST = -2, -1  # Kafka's per-partition JSON values
 KNOWN_OPTIONS = ("path", "servers", "group", "nodeId", "topic", "subscribePattern", "startIndex", "endIndex",
                  "startingOffsets", "endingOffsets", "startingTimestamp", "includeProperties",
                  "maxEntriesPerTrigger", "maxPartitionBytes", "entriesPerPartition", "minPartitions",
-                 "preferReplicas", "maxBytesPerSecond", "failOnDataLoss", "decode", "user", "secretFile", "tlsCa", "reader")
+                 "preferReplicas", "maxBytesPerSecond", "failOnDataLoss", "decode", "user", "secretFile", "tlsCa", "reader",
+                 "liveTransport")
 _CANONICAL = {name.lower(): name for name in KNOWN_OPTIONS}
 FILE_ONLY = ("nodeId", "maxPartitionBytes")
-LIVE_ONLY = ("entriesPerPartition", "preferReplicas", "maxBytesPerSecond", "user", "secretFile", "tlsCa")
+LIVE_ONLY = ("entriesPerPartition", "preferReplicas", "maxBytesPerSecond", "user", "secretFile", "tlsCa",
+             "liveTransport")
 # Queue offsets per topic and queue id.
 QueueOffsets = dict[str, dict[int, int]]
 
@@ -119,6 +124,7 @@ class SourceOptions:
     starting_given: bool = False  # startingOffsets was set (else: the mode's default)
     access: LiveAccess = LiveAccess()
     reader: str = "auto"  # auto | jvm | python (the JVM provider reads the option; see spark/jvm)
+    live_transport: str = "auto"  # auto | grpc: how the JVM reader reads runs (see spark/jvm)
 
     @property
     def live(self) -> bool:
@@ -175,6 +181,7 @@ class SourceOptions:
             starting_given=bool(starting_text),
             access=_access(values),
             reader=_reader(values.get("reader", "auto")),
+            live_transport=_choice("liveTransport", values.get("livetransport", "auto"), ("auto", "grpc")),
         )
 
 
@@ -299,9 +306,13 @@ def _integer(name: str, text: str, minimum: int) -> int:
 
 
 def _reader(text: str) -> str:
-    lowered = text.strip().lower() or "auto"
-    if lowered not in ("auto", "jvm", "python"):
-        raise OptionError(f"reader: expected auto, jvm or python, got {text!r}")
+    return _choice("reader", text, ("auto", "jvm", "python"))
+
+
+def _choice(name: str, text: str, choices: tuple[str, ...]) -> str:
+    lowered = text.strip().lower() or choices[0]
+    if lowered not in choices:
+        raise OptionError(f"{name}: expected {', '.join(choices[:-1])} or {choices[-1]}, got {text!r}")
     return lowered
 
 

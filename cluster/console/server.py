@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from cluster.console.backend import ConsoleBackend, ConsoleError, Signature, Target
+from cluster.raw_read_http import RAW_READ_PATH, RawReadEndpoint
 from dledger.rpc.credentials import ClientSecurity
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 
@@ -65,7 +66,9 @@ class ConsoleHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         url = urlsplit(self.path)
         path = url.path
-        if path == "/metrics" and self.server.registry is not None:
+        if path == RAW_READ_PATH and self.server.raw_reads is not None:
+            self.server.raw_reads.serve(self, url.query)
+        elif path == "/metrics" and self.server.registry is not None:
             self._send(HTTPStatus.OK, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
         elif path in ("/", "/console"):
             self._redirect("/console/")
@@ -205,20 +208,22 @@ class ConsoleHttpServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], backend: ConsoleBackend,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, raw_reads: RawReadEndpoint | None = None) -> None:
         super().__init__(address, ConsoleHandler)
         self.backend = backend
         self.registry = registry
+        self.raw_reads = raw_reads
 
 
 def start_console_server(address: str, target: Target, registry: CollectorRegistry | None = None,
-                         security: ClientSecurity | None = None, sign_in: bool = False
-                         ) -> tuple[ConsoleHttpServer, threading.Thread]:
+                         security: ClientSecurity | None = None, sign_in: bool = False,
+                         raw_reads: RawReadEndpoint | None = None) -> tuple[ConsoleHttpServer, threading.Thread]:
     """Serve on `address` (host:port; port 0 picks one) from a daemon thread.
-    `security` and `sign_in`: see ConsoleBackend."""
+    `security` and `sign_in`: see ConsoleBackend; `raw_reads`: a node's
+    committed-range reads for the Spark reader (cluster/raw_read_http.py)."""
     host, _, port = address.rpartition(":")
     server = ConsoleHttpServer((host or "127.0.0.1", int(port)), ConsoleBackend(target, security, sign_in),
-                               registry)
+                               registry, raw_reads)
     thread = threading.Thread(target=server.serve_forever, name="ConsoleHttpServer", daemon=True)
     thread.start()
     return server, thread

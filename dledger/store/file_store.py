@@ -30,6 +30,7 @@ import time
 import struct
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from dledger.config import DLedgerConfig
@@ -54,6 +55,7 @@ from dledger import failpoints
 from dledger.errors import CorruptLogError, DLedgerError, ResponseCode
 from dledger.store.checkpoint import Checkpoint, CheckpointFile
 from dledger.store.recovery import SCAN_CHUNK_BYTES, LogScanner, ScanResult, ScanStart, judge
+from dledger.store.segment import Segment
 from dledger.store.segment_list import (ZERO_FILL_BYTES, DirtyState, FsyncError, SegmentList, delete_segments,
                                        sync_dirty)
 
@@ -69,6 +71,17 @@ _HEADER_CRC_FIELD = 36   # chain_crc lives at [36, 40), body_crc at [40, 44)
 # failed write is free, so that it does not flap between full and not full.
 DISK_FULL_MARGIN = 4 << 20
 CHECKPOINT_ROOM = 64 << 10   # a checkpoint file, its temp copy and directory blocks
+
+
+@dataclass(frozen=True)
+class RawRunPlan:
+    """A run of back-to-back entries: their index records, and where their
+    bytes lie (`length` bytes at `offset` of `segment`'s file)."""
+    records: bytes
+    segment: Segment
+    offset: int
+    length: int
+    count: int
 
 
 class DLedgerFileStore:
@@ -563,8 +576,22 @@ class DLedgerFileStore:
 
     def read_raw_run(self, start_index: int, max_bytes: int, max_count: int) -> tuple[bytes, bytes, int]:
         """read_raw, with the run's index records (INDEX_RECORD_SIZE each) first."""
-        if start_index > self.ledger_end_index or max_count <= 0:
+        plan = self.plan_raw_run(start_index, max_bytes, max_count)
+        if plan is None:
             return b"", b"", 0
+        data = plan.segment.read(plan.offset, plan.length)
+        if HEADER.unpack_from(data, 0)[2] != start_index:
+            raise CorruptLogError(f"entry {start_index}: data at pos {plan.offset + plan.segment.start} "
+                                  f"holds another entry")
+        return plan.records, data, plan.count
+
+    def plan_raw_run(self, start_index: int, max_bytes: int, max_count: int) -> RawRunPlan | None:
+        """Where read_raw_run's run lies, without reading its data: for a
+        reader that sends the bytes straight from the file (sendfile). None
+        past the end. The data is only located here, not checked: the reader
+        checks every entry's header and CRCs, as it does a read run's."""
+        if start_index > self.ledger_end_index or max_count <= 0:
+            return None
         self._check_range(start_index)
         # No more entries than max_bytes can hold (each has a header): a
         # caller with no count of its own (the scrubber) must not read the
@@ -585,10 +612,7 @@ class DLedgerFileStore:
             raise CorruptLogError(f"entry {start_index}: pos {first_pos} size {first_size} is outside the data")
         total, count = self._run_length(records, start_index, first_pos, first_size,
                                         min(segment.end, first_pos + max(max_bytes, first_size)))
-        data = segment.read(first_pos - segment.start, total)
-        if HEADER.unpack_from(data, 0)[2] != start_index:
-            raise CorruptLogError(f"entry {start_index}: data at pos {first_pos} holds another entry")
-        return records[:count * INDEX_RECORD_SIZE], data, count
+        return RawRunPlan(records[:count * INDEX_RECORD_SIZE], segment, first_pos - segment.start, total, count)
 
     @staticmethod
     def _run_length(records: bytes, start_index: int, first_pos: int, first_size: int,

@@ -1,7 +1,9 @@
 """The JVM reader in live mode (spark/jvm: LiveGroup plans, LiveRuns reads raw
-runs over gRPC on Spark's own Netty, RangeReader decodes) against three real
-node processes: it returns what the Python reader returns, column by column,
-for every option it takes; a query it does not take goes to the Python
+runs from the nodes' HTTP ports (RawHttp, sent from their files) or over gRPC
+on Spark's own Netty, RangeReader decodes) against three real node processes
+with metrics ports, as `dledger cluster up` starts them: it returns what the
+Python reader returns, column by column, for every option it takes and over
+both transports; a query it does not take goes to the Python
 reader; a follower SIGKILLed in the middle of a read, or a follower whose copy
 of an entry is damaged on disk, costs the read nothing: the range is read
 again from the next node; a read planned while the leader is dead gets the
@@ -10,8 +12,10 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -30,7 +34,7 @@ NODE_ARGS = ["--data-file-size", str(1 << 20), "--max-entry-size", str(64 << 10)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = ProcessCluster(tmp_path_factory.mktemp("jvm-live"), extra_args=NODE_ARGS)
+    c = ProcessCluster(tmp_path_factory.mktemp("jvm-live"), extra_args=NODE_ARGS, metrics=True)
     c.start()
     run(leader_of(c))
     # Every kind of row: RocketMQ messages of two topics (tags, keys,
@@ -83,7 +87,7 @@ def test_the_jvm_live_reader_reads_what_the_python_reader_reads(spark, cluster):
     end = max(run(committed_entries(servers(cluster))))
     for options in ({}, {"topic": "Payments"}, {"includeProperties": "false", "startIndex": "100"},
                     {"preferReplicas": "false", "minPartitions": "5"}, {"entriesPerPartition": "97"},
-                    {"startingOffsets": "250", "endIndex": str(end - 30)}):
+                    {"startingOffsets": "250", "endIndex": str(end - 30)}, {"liveTransport": "grpc"}):
         options = {"endIndex": str(end), **options}  # the same committed range for both readers
         jvm = live(spark, cluster, "jvm", **options)
         assert "dledger JVM reader live" in plan(jvm), options
@@ -94,6 +98,24 @@ def test_the_jvm_live_reader_reads_what_the_python_reader_reads(spark, cluster):
         assert len(want) > (100 if "topic" in options else 500), options
     kinds = {row["kind"] for row in live(spark, cluster, "jvm").select("kind").distinct().collect()}
     assert kinds == {"message", "raw", "system"}
+
+
+def test_runs_come_over_http_unless_grpc_is_asked_for(spark, cluster):
+    end = str(max(run(committed_entries(servers(cluster)))))
+    for transport, over_http in (("auto", True), ("grpc", False)):
+        before = http_bytes_sent(cluster)
+        assert live(spark, cluster, "jvm", endIndex=end, liveTransport=transport).count() > 500
+        assert (http_bytes_sent(cluster) > before) == over_http, transport
+
+
+def http_bytes_sent(cluster: ProcessCluster) -> float:
+    """What the nodes' raw-read metric says they sent over HTTP, in all."""
+    total = 0.0
+    for port in cluster.metrics_ports.values():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            found = re.search(r"^dledger_raw_http_read_bytes_total\{[^}]*\} (\S+)$", answer.read().decode(), re.M)
+        total += float(found.group(1)) if found else 0.0
+    return total
 
 
 def test_pruned_columns_and_partitions(spark, cluster):
@@ -116,7 +138,7 @@ def test_queries_the_jvm_live_reader_does_not_take_go_to_the_python_reader(spark
 
 
 def test_a_follower_killed_in_the_middle_of_a_read_costs_nothing(spark, tmp_path):
-    c = ProcessCluster(tmp_path, extra_args=NODE_ARGS)
+    c = ProcessCluster(tmp_path, extra_args=NODE_ARGS, metrics=True)
     c.start()
     try:
         leader = run(leader_of(c))
@@ -139,7 +161,7 @@ def test_a_follower_killed_in_the_middle_of_a_read_costs_nothing(spark, tmp_path
 
 
 def test_a_read_planned_while_the_leader_is_dead_returns_the_committed_range(spark, tmp_path):
-    c = ProcessCluster(tmp_path, extra_args=NODE_ARGS)
+    c = ProcessCluster(tmp_path, extra_args=NODE_ARGS, metrics=True)
     c.start()
     try:
         leader = run(leader_of(c))
@@ -156,7 +178,7 @@ def test_a_read_planned_while_the_leader_is_dead_returns_the_committed_range(spa
 
 
 def test_a_copy_damaged_on_a_followers_disk_is_read_from_another_node(spark, tmp_path):
-    c = ProcessCluster(tmp_path, extra_args=NODE_ARGS)
+    c = ProcessCluster(tmp_path, extra_args=NODE_ARGS, metrics=True)
     c.start()
     try:
         leader = run(leader_of(c))

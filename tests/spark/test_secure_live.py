@@ -8,6 +8,7 @@ checked against the CA, calls signed) and the Python one."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import time
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory):
     (base / "nobody.secret").write_text("nobody-secret-1\n")
     pki = base / "pki"
     certs.create(pki, ["n0"])
-    cluster = ProcessCluster(base / "nodes", 1, tls_dir=pki, extra_args=[
+    cluster = ProcessCluster(base / "nodes", 1, tls_dir=pki, metrics=True, extra_args=[
         "--auth-enabled", "true", "--auth-super-secret-file", str(base / "admin.secret")])
     cluster.start()
     try:
@@ -91,6 +92,16 @@ def test_a_live_read_with_credentials_and_the_ca_returns_the_committed_entries(s
     # Users' creations and metadata snapshots hold secrets: a reader who is
     # not a super user never gets them (the topics' and groups' system entries it does).
     assert not any(b"secret" in bytes(r.body) for r in rows)
+
+
+def test_the_secured_node_sends_no_runs_over_plain_http(secured) -> None:
+    """Its metrics port has neither TLS nor signatures: raw reads there are
+    refused (readers use the gRPC Read, TLS and signed, as above)."""
+    cluster, _ = secured
+    conn = http.client.HTTPConnection("127.0.0.1", cluster.metrics_ports["n0"], timeout=10)
+    conn.request("GET", "/dledger/runs?start=0&end=3")
+    answer = conn.getresponse()
+    assert answer.status == 403 and "off on a node with TLS or authentication" in answer.read().decode()
 
 
 @pytest.mark.parametrize("user, code", [(None, "UNAUTHENTICATED"), ("nobody", "FORBIDDEN")])

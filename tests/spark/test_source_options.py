@@ -118,6 +118,7 @@ def test_min_partitions_and_include_properties(log, monkeypatch):
     ({"startingOffsets": '{"Orders": {"0": -3}}'}, "topic 'Orders' queue 0"),
     ({"endingOffsets": '{"Orders": {"0": -2}}'}, "-2 (earliest) cannot end a read"),
     ({"entriesPerPartition": "10"}, "entriesPerPartition only applies to live mode"),
+    ({"liveTransport": "grpc"}, "liveTransport only applies to live mode"),
     ({"subscribePattern": "("}, "subscribePattern: not a regular expression"),
 ])
 def test_unknown_and_contradictory_options_are_refused_by_name(log, options, message):
@@ -125,6 +126,13 @@ def test_unknown_and_contradictory_options_are_refused_by_name(log, options, mes
     with pytest.raises(OptionError) as error:
         SourceOptions.parse({"path": path, **options})
     assert message in str(error.value)
+
+
+def test_live_transport_takes_auto_or_grpc():
+    assert SourceOptions.parse({"servers": "127.0.0.1:1"}).live_transport == "auto"
+    assert SourceOptions.parse({"servers": "127.0.0.1:1", "liveTransport": "GRPC"}).live_transport == "grpc"
+    with pytest.raises(OptionError, match="liveTransport: expected auto or grpc, got 'http'"):
+        SourceOptions.parse({"servers": "127.0.0.1:1", "liveTransport": "http"})
 
 
 def test_batch_and_stream_starting_points_that_read_nothing_are_refused(log):

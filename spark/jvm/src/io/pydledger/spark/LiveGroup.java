@@ -36,7 +36,7 @@ final class LiveGroup {
 
     /** A node's own view (MetadataResponse). */
     static final class Node {
-        String address, selfId = "", role = "";
+        String address, selfId = "", role = "", metricsAddress = "";
         long term, begin, committed;
         boolean repairing;
         final List<String> peers = new ArrayList<>();
@@ -198,6 +198,9 @@ final class LiveGroup {
                     break;
                 case 10:
                     node.committed = r.int64();
+                    break;
+                case 13:
+                    node.metricsAddress = r.string();
                     break;
                 case 11:
                     Proto.Reader peer = r.message();

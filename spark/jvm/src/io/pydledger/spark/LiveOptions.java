@@ -23,7 +23,8 @@ final class LiveOptions implements Serializable {
     static final Set<String> TAKEN = new HashSet<>(Arrays.asList(
             "servers", "group", "topic", "startindex", "endindex", "startingoffsets", "endingoffsets",
             "includeproperties", "minpartitions", "entriesperpartition", "preferreplicas", "maxbytespersecond",
-            "user", "secretfile", "tlsca", "decode", "failondataloss", "maxentriespertrigger", "reader"));
+            "user", "secretfile", "tlsca", "decode", "failondataloss", "maxentriespertrigger", "reader",
+            "livetransport"));
     static final long DEFAULT_ENTRIES_PER_PARTITION = 100_000;
 
     final List<String> servers;
@@ -37,6 +38,7 @@ final class LiveOptions implements Serializable {
     final long entriesPerPartition;
     final boolean preferReplicas;
     final long maxBytesPerSecond;  // 0: unthrottled
+    final boolean rawHttp;  // liveTransport=auto: runs from a node's HTTP port where it offers them (RawHttp)
     final LiveAccess access;
 
     private LiveOptions(Map<String, String> values) {
@@ -60,6 +62,7 @@ final class LiveOptions implements Serializable {
         entriesPerPartition = per > 0 ? per : DEFAULT_ENTRIES_PER_PARTITION;
         preferReplicas = values.getOrDefault("preferreplicas", "true").trim().equalsIgnoreCase("true");
         maxBytesPerSecond = FileOptions.integer(values, "maxbytespersecond", 0);
+        rawHttp = values.getOrDefault("livetransport", "auto").trim().equalsIgnoreCase("auto");
         access = new LiveAccess(values.getOrDefault("user", "").trim(), values.getOrDefault("secretfile", "").trim(),
                 values.getOrDefault("tlsca", "").trim());
     }
@@ -97,6 +100,10 @@ final class LiveOptions implements Serializable {
         }
         if (addresses(values.get("servers")) == null) {
             return "servers=" + values.get("servers") + " is not HOST:PORT,...";
+        }
+        String transport = values.getOrDefault("livetransport", "auto").trim().toLowerCase();
+        if (!transport.equals("auto") && !transport.equals("grpc")) {
+            return "liveTransport=" + transport + " is neither auto nor grpc";  // Python says so
         }
         return FileOptions.shared(values);
     }

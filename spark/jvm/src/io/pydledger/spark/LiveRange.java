@@ -20,16 +20,18 @@ final class LiveRange implements InputPartition {
     final long lastIndex;
     final List<String> replicas;
     final long maxBytesPerSecond;  // 0: unthrottled
+    final boolean rawHttp;  // may read runs from a node's HTTP port (RawHttp)
     final LiveAccess access;
 
     LiveRange(List<String> servers, String group, long firstIndex, long lastIndex, List<String> replicas,
-              long maxBytesPerSecond, LiveAccess access) {
+              long maxBytesPerSecond, boolean rawHttp, LiveAccess access) {
         this.servers = new ArrayList<>(servers);
         this.group = group;
         this.firstIndex = firstIndex;
         this.lastIndex = lastIndex;
         this.replicas = new ArrayList<>(replicas);
         this.maxBytesPerSecond = maxBytesPerSecond;
+        this.rawHttp = rawHttp;
         this.access = access;
     }
 
@@ -46,7 +48,7 @@ final class LiveRange implements InputPartition {
             List<String> order = new ArrayList<>(replicas.subList(k, replicas.size()));
             order.addAll(replicas.subList(0, k));
             ranges.add(new LiveRange(options.servers, options.group, start, Math.min(last, start + per - 1), order,
-                    options.maxBytesPerSecond, options.access));
+                    options.maxBytesPerSecond, options.rawHttp, options.access));
         }
         return ranges;
     }

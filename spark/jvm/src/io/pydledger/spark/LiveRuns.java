@@ -3,7 +3,9 @@ package io.pydledger.spark;
 import java.io.Closeable;
 import java.io.IOException;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * The raw runs of one LiveRange, as spark/live_log.py's _RangeReader reads
@@ -15,6 +17,9 @@ import java.util.List;
  * fails the reader's checks ({@link #refuse}), is left for the next node.
  * The leader is found by asking the group (and followed on NOT_LEADER) until
  * LEADER_DEADLINE_MS pass without progress. maxBytesPerSecond throttles.
+ * With liveTransport=auto and no TLS or credentials, a node's runs come
+ * from its HTTP port ({@link RawHttp}: sent from its files) where it offers
+ * them; from gRPC otherwise. The messages, and so every check, are the same.
  */
 final class LiveRuns implements Closeable {
     static final int RUN_BYTES = 1 << 20;  // a node reads a run on its event loop: runs stay small
@@ -34,6 +39,8 @@ final class LiveRuns implements Closeable {
     private long nextIndex;
     private Grpc.Connection connection;
     private Grpc.Call call;
+    private RawHttp raw;  // instead of call, when the node serves runs over HTTP
+    private final Map<String, String> httpOf = new HashMap<>();  // gRPC address -> HTTP address, "": none
     private String target;
     private String leaderHint;
     private long started;
@@ -51,12 +58,13 @@ final class LiveRuns implements Closeable {
     /** The next run of the range; null past its end. */
     Run next() throws IOException {
         while (nextIndex <= part.lastIndex) {
-            if (call == null && !open()) {
+            if (call == null && raw == null && !open()) {
                 continue;
             }
             byte[] message;
             try {
-                message = call.next(sources.get(0) == null ? LEADER_DEADLINE_MS : REPLICA_DEADLINE_MS);
+                long deadline = sources.get(0) == null ? LEADER_DEADLINE_MS : REPLICA_DEADLINE_MS;
+                message = raw != null ? raw.next(deadline) : call.next(deadline);
             } catch (Grpc.Failure failure) {
                 failed(failure);
                 continue;
@@ -165,17 +173,44 @@ final class LiveRuns implements Closeable {
             failed(0, "no node answers as the leader of group '" + part.group + "'", "");
             return false;
         }
+        long deadline = source == null ? LEADER_DEADLINE_MS / 4 : REPLICA_DEADLINE_MS;
+        String http = httpAddress(target);
+        if (http != null) {
+            try {
+                raw = RawHttp.open(http, part.group, nextIndex, part.lastIndex, RUN_BYTES, deadline);
+                return true;
+            } catch (RawHttp.Unavailable unavailable) {
+                httpOf.put(target, "");  // read this node over gRPC from now on
+            }
+        }
         byte[] request = new Proto.Writer().bytes(1, Proto.header(part.group)).int64(2, nextIndex)
                 .int64(3, part.lastIndex).int64(4, RUN_BYTES).bool(6, source == null).bool(7, true).done();
         try {
-            connection = Grpc.Connection.open(target, part.access,
-                    source == null ? LEADER_DEADLINE_MS / 4 : REPLICA_DEADLINE_MS);
+            connection = Grpc.Connection.open(target, part.access, deadline);
             call = connection.call(LiveGroup.SERVICE + "Read", request, 0);
             return true;
         } catch (Grpc.Failure failure) {
             failed(failure);
             return false;
         }
+    }
+
+    /** Where `node` serves runs over HTTP, or null: not offered, not wanted, or not known yet. */
+    private String httpAddress(String node) throws IOException {
+        if (!part.rawHttp || !part.access.tlsCa().isEmpty() || !part.access.user().isEmpty()) {
+            return null;  // the HTTP port has neither TLS nor signatures: a secured cluster refuses it
+        }
+        String known = httpOf.get(node);
+        if (known == null) {
+            LiveGroup.Node metadata = LiveGroup.metadata(node, part.group, part.access);
+            if (metadata == null) {
+                return null;  // not answering now: gRPC finds out and fails over
+            }
+            String address = RawHttp.address(node, metadata.metricsAddress);
+            known = address == null ? "" : address;
+            httpOf.put(node, known);
+        }
+        return known.isEmpty() ? null : known;
     }
 
     private String leader() throws IOException {
@@ -242,6 +277,10 @@ final class LiveRuns implements Closeable {
     }
 
     private void drop() {
+        if (raw != null) {
+            raw.close();
+            raw = null;
+        }
         if (call != null) {
             call.close();
             call = null;
