@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 RAW_READ_PATH = "/dledger/runs"
 CONTENT_TYPE = "application/x-dledger-runs"
+NODE_HEADER = "X-DLedger-Node"
 DEFAULT_RUN_BYTES = 1 << 20
 PLAN_BYTES = 8 << 20          # what one hop into the event loop plans
 PLAN_TIMEOUT_S = 10.0
@@ -98,6 +99,9 @@ class RawReadEndpoint:
         handler.send_response(HTTPStatus.OK)
         handler.send_header("Content-Type", CONTENT_TYPE)
         handler.send_header("Cache-Control", "no-store")
+        # Which node answers: behind published ports (Docker) the port a
+        # node's Metadata names may lead a reader to another node's.
+        handler.send_header(NODE_HEADER, self.server.config.self_id)
         handler.send_header("Connection", "close")
         handler.end_headers()
         sock = handler.connection

@@ -50,6 +50,7 @@ from rpcgen import dledger_pb2 as pb
 from spark.entry_scan import scanned_magic
 from spark.options import LiveAccess
 from spark.partitions import LiveRange
+from spark.raw_http import RawHttpUnavailable, http_address, raw_http_runs
 from spark.row_builder import scanned_record_batches
 from spark.vector_decode import CHUNK_BYTES, ChunkError, output_schema, raw_run_batch
 
@@ -269,6 +270,8 @@ class _RangeReader:
         self.started = self.begun = time.monotonic()
         self.bytes = 0
         self.node_failures: list[str] = []
+        # A replica's HTTP address (spark/raw_http.py) and id; None: read it over gRPC.
+        self.http_of: dict[str, tuple[str, str] | None] = {}
 
     async def take(self, count: int) -> list[Scanned]:
         chunk: list[Scanned] = []
@@ -357,14 +360,36 @@ class _RangeReader:
     async def _open(self) -> None:
         source = self.sources[0]
         deadline = REPLICA_DEADLINE_S if source is not None else 10.0
+        security = self.part.access.security()
         self.client = DLedgerClient(self.part.servers if source is None else [source], self.part.group,
-                                    deadline_s=deadline, security=self.part.access.security())
+                                    deadline_s=deadline, security=security)
+        if self.raw and source is not None and self.part.raw_http and not security.ca and not security.user:
+            # Plain HTTP has neither TLS nor signatures: only where neither is configured.
+            http = await self._http_address(source)
+            if http is not None:
+                try:
+                    self.stream = (await raw_http_runs(http[0], http[1], self.part.group, self.next_index,
+                                                       self.part.last_index, RAW_RUN_BYTES, deadline)).__aiter__()
+                    return
+                except RawHttpUnavailable:
+                    self.http_of[source] = None  # read this node over gRPC from now on
         if self.raw:
             self.stream = self.client.read_raw(self.next_index, self.part.last_index, from_address=source,
                                                max_batch_bytes=RAW_RUN_BYTES).__aiter__()
         else:
             self.stream = self.client.read(self.next_index, self.part.last_index,
                                            from_address=source).__aiter__()
+
+    async def _http_address(self, source: str) -> tuple[str, str] | None:
+        """Where `source` serves runs over HTTP, and its id; None: not offered or not known now."""
+        if source not in self.http_of:
+            assert self.client is not None
+            meta = await self.client.metadata(source)
+            if meta is None:
+                return None  # not answering now: gRPC finds out and fails over
+            address = http_address(source, meta.metrics_address) if meta.metrics_address else None
+            self.http_of[source] = (address, meta.self_id) if address else None
+        return self.http_of[source]
 
     async def _on_replica_error(self, error: DLedgerError) -> None:
         if error.code == ResponseCode.INDEX_OUT_OF_RANGE and \

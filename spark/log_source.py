@@ -71,7 +71,8 @@ class LiveLog:
             if self.options.prefer_replicas else ()
         return plan_live_ranges(self.options.servers, self.options.group, first_index, last_index,
                                 self.options.entries_per_partition, replicas, self.options.max_bytes_per_second,
-                                self.options.min_partitions, self.options.access)
+                                self.options.min_partitions, self.options.access,
+                                raw_http=self.options.live_transport == "auto")
 
 
 def committed_log(options: SourceOptions) -> CommittedLog:

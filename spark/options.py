@@ -28,9 +28,9 @@ with a message naming them: a typo must not silently read something else.
     preferReplicas        live mode: true (default) reads from followers up to the committed
                           index pinned at planning; false: from the leader
     maxBytesPerSecond     live mode: throttle each partition's reads to this many bytes/s
-    liveTransport         live mode, JVM reader: auto (default): runs sent from the nodes' files
-                          over their HTTP (metrics) port where a node offers it (no TLS, no auth),
-                          else gRPC; grpc: always the gRPC Read. The Python reader reads over gRPC
+    liveTransport         live mode: auto (default): raw runs sent from the nodes' files over their
+                          HTTP (metrics) port where a node offers it (no TLS, no auth), else gRPC;
+                          grpc: always the gRPC Read
     failOnDataLoss        stream: fail (default) or skip when retention deleted entries not yet read
     decode                arrow (default): RecordBatches to Spark; tuples: row by row (slower, for comparison)
     reader                batch (file or live mode): auto (default): the JVM reader when the session
@@ -124,7 +124,7 @@ class SourceOptions:
     starting_given: bool = False  # startingOffsets was set (else: the mode's default)
     access: LiveAccess = LiveAccess()
     reader: str = "auto"  # auto | jvm | python (the JVM provider reads the option; see spark/jvm)
-    live_transport: str = "auto"  # auto | grpc: how the JVM reader reads runs (see spark/jvm)
+    live_transport: str = "auto"  # auto | grpc: how raw runs are read (spark/raw_http.py, spark/jvm)
 
     @property
     def live(self) -> bool:

@@ -50,6 +50,7 @@ class LiveRange(InputPartition):
     replicas: tuple[str, ...] = ()
     max_bytes_per_second: int | None = None
     access: LiveAccess = LiveAccess()
+    raw_http: bool = True  # liveTransport=auto: a replica's runs from its HTTP port where it offers them
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def _check_coverage(ranges: list[FileRange], first_index: int, last_index: int,
 def plan_live_ranges(servers: tuple[str, ...], group: str, first_index: int, last_index: int,
                      entries_per_partition: int, replicas: tuple[str, ...] = (),
                      max_bytes_per_second: int | None = None, min_partitions: int = 1,
-                     access: LiveAccess = LiveAccess()) -> list[LiveRange]:
+                     access: LiveAccess = LiveAccess(), raw_http: bool = True) -> list[LiveRange]:
     """Fixed index ranges, decided once at planning: re-running a task reads
     the same committed entries, whoever leads by then. Partition k tries the
     replicas starting from the k-th, so reads spread over the followers."""
@@ -169,6 +170,6 @@ def plan_live_ranges(servers: tuple[str, ...], group: str, first_index: int, las
         end = min(last_index, start + entries_per_partition - 1)
         k = len(ranges) % len(replicas) if replicas else 0
         ranges.append(LiveRange(servers, group, start, end, replicas[k:] + replicas[:k], max_bytes_per_second,
-                                access))
+                                access, raw_http))
         start = end + 1
     return ranges

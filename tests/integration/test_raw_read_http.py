@@ -103,6 +103,14 @@ def test_runs_over_http_are_the_grpc_raw_reads_bytes(cluster):
     assert b"".join(m.raw_data for m in messages) == data
     assert len(records) == (last - 3 - 5 + 1) * 32
     assert sent_bytes(port) - before == len(data)
+    # The answer names the node, so a reader behind published ports can tell
+    # when a port it was given leads to another node.
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/dledger/runs?start=0&end=0")
+    answer = conn.getresponse()
+    node = next(n for n, a in cluster.addresses.items() if a == follower)
+    assert answer.status == 200 and answer.getheader("X-DLedger-Node") == node
+    answer.read()
 
 
 def test_a_range_the_node_cannot_serve_ends_with_its_error(cluster):

@@ -100,11 +100,12 @@ def test_the_jvm_live_reader_reads_what_the_python_reader_reads(spark, cluster):
     assert kinds == {"message", "raw", "system"}
 
 
-def test_runs_come_over_http_unless_grpc_is_asked_for(spark, cluster):
+@pytest.mark.parametrize("reader", ["jvm", "python"])
+def test_runs_come_over_http_unless_grpc_is_asked_for(spark, cluster, reader):
     end = str(max(run(committed_entries(servers(cluster)))))
     for transport, over_http in (("auto", True), ("grpc", False)):
         before = http_bytes_sent(cluster)
-        assert live(spark, cluster, "jvm", endIndex=end, liveTransport=transport).count() > 500
+        assert live(spark, cluster, reader, endIndex=end, liveTransport=transport).count() > 500
         assert (http_bytes_sent(cluster) > before) == over_http, transport
 
 

@@ -2,10 +2,12 @@
 out an election (the leader SIGKILLed just before), a range read from
 followers or from the leader returns exactly the pinned committed range when
 the leader is killed midway, and a follower behind the pinned index is never
-read past what it holds. The data source's planning and reading functions
-run here as Spark calls them, without a SparkSession."""
+read past what it holds; raw runs over the replicas' HTTP ports and over
+gRPC alike. The data source's planning and reading functions run here as
+Spark calls them, without a SparkSession."""
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -24,7 +26,9 @@ NODE_ARGS = ["--data-file-size", str(4 << 20), "--max-entry-size", str(64 << 10)
 
 @pytest.fixture()
 def cluster(tmp_path):
-    c = ProcessCluster(tmp_path, extra_args=NODE_ARGS)
+    # Metrics ports, as `dledger cluster up` gives them: raw runs come from
+    # the replicas' HTTP ports (spark/raw_http.py) unless a part says gRPC.
+    c = ProcessCluster(tmp_path, extra_args=NODE_ARGS, metrics=True)
     c.start()
     run(leader_of(c))  # the nodes are up and have elected
     yield c
@@ -68,13 +72,15 @@ def read_range_raw(part: LiveRange, kill_after_first_chunk=None) -> dict[int, by
     return got
 
 
-@pytest.fixture(params=["entries", "raw"])
+@pytest.fixture(params=["entries", "raw", "raw_grpc"])
 def reader(request, monkeypatch):
     if request.param == "entries":
         return read_range
     # Small runs, so that a kill lands in the middle of a range.
     monkeypatch.setattr(live_log, "RAW_RUN_BYTES", 16 << 10)
     monkeypatch.setattr(live_log, "RAW_CHUNK_BYTES", 32 << 10)
+    if request.param == "raw_grpc":  # liveTransport=grpc
+        return lambda part, *kill: read_range_raw(dataclasses.replace(part, raw_http=False), *kill)
     return read_range_raw
 
 

@@ -41,6 +41,7 @@ final class LiveRuns implements Closeable {
     private Grpc.Call call;
     private RawHttp raw;  // instead of call, when the node serves runs over HTTP
     private final Map<String, String> httpOf = new HashMap<>();  // gRPC address -> HTTP address, "": none
+    private final Map<String, String> idOf = new HashMap<>();  // gRPC address -> the node's id
     private String target;
     private String leaderHint;
     private long started;
@@ -177,7 +178,8 @@ final class LiveRuns implements Closeable {
         String http = httpAddress(target);
         if (http != null) {
             try {
-                raw = RawHttp.open(http, part.group, nextIndex, part.lastIndex, RUN_BYTES, deadline);
+                raw = RawHttp.open(http, idOf.get(target), part.group, nextIndex, part.lastIndex, RUN_BYTES,
+                        deadline);
                 return true;
             } catch (RawHttp.Unavailable unavailable) {
                 httpOf.put(target, "");  // read this node over gRPC from now on
@@ -209,6 +211,7 @@ final class LiveRuns implements Closeable {
             String address = RawHttp.address(node, metadata.metricsAddress);
             known = address == null ? "" : address;
             httpOf.put(node, known);
+            idOf.put(node, metadata.selfId);
         }
         return known.isEmpty() ? null : known;
     }

@@ -26,6 +26,7 @@ import java.nio.charset.StandardCharsets;
  */
 final class RawHttp implements Closeable {
     static final String PATH = "/dledger/runs";
+    static final String NODE_HEADER = "X-DLedger-Node";
     static final long CONNECT_TIMEOUT_MS = 1_000;
     private static final int MAX_MESSAGE = 256 << 20;
     private static final int MAX_HEADER_LINE = 8 << 10;
@@ -60,9 +61,9 @@ final class RawHttp implements Closeable {
         return grpcAddress.substring(0, grpcColon) + metricsAddress.substring(colon);
     }
 
-    /** Opens the read of entries first..last of `group`. */
-    static RawHttp open(String address, String group, long first, long last, int runBytes, long timeoutMs)
-            throws IOException {
+    /** Opens the read of entries first..last of `group` from node `nodeId`. */
+    static RawHttp open(String address, String nodeId, String group, long first, long last, int runBytes,
+                        long timeoutMs) throws IOException {
         int colon = address.lastIndexOf(':');
         String host = address.substring(0, colon);
         if (host.startsWith("[") && host.endsWith("]")) {
@@ -88,9 +89,12 @@ final class RawHttp implements Closeable {
             DataInputStream in = new DataInputStream(new BufferedInputStream(socket.getInputStream(), 64 << 10));
             String status = line(in);
             int contentLength = -1;
+            String answering = "";
             for (String header = line(in); !header.isEmpty(); header = line(in)) {
                 if (header.regionMatches(true, 0, "content-length:", 0, 15)) {
                     contentLength = Integer.parseInt(header.substring(15).trim());
+                } else if (header.regionMatches(true, 0, NODE_HEADER + ":", 0, NODE_HEADER.length() + 1)) {
+                    answering = header.substring(NODE_HEADER.length() + 1).trim();
                 }
             }
             if (!status.startsWith("HTTP/1.1 200 ") && !status.startsWith("HTTP/1.0 200 ")) {
@@ -101,6 +105,10 @@ final class RawHttp implements Closeable {
                     body = new String(text, StandardCharsets.UTF_8).trim();
                 }
                 throw new Unavailable(address + " answered " + status + (body.isEmpty() ? "" : ": " + body));
+            }
+            if (!answering.equals(nodeId)) {
+                // Behind published ports the port a node names may be another node's.
+                throw new Unavailable(address + " is node '" + answering + "', not '" + nodeId + "'");
             }
             return new RawHttp(address, socket, in);
         } catch (IOException | RuntimeException error) {
