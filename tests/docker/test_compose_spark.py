@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 import urllib.request
 from collections import Counter
@@ -26,6 +25,7 @@ from broker.client.message import Message
 from broker.client.producer import Producer
 from cluster.process_cluster import free_ports
 from tests.docker.compose import SMALL_SEGMENTS, BuiltImage, ComposeProject, docker_unavailable_reason
+from tests.metrics_scrape import counter_total
 
 SKIP_REASON = docker_unavailable_reason()
 pytestmark = [
@@ -59,16 +59,6 @@ def alive_workers(ui_port: int) -> int:
             return sum(1 for w in json.load(answer).get("workers", []) if w.get("state") == "ALIVE")
     except OSError:
         return 0
-
-
-def http_bytes_sent(project: ComposeProject) -> float:
-    """What the nodes' raw-read counters say they sent over HTTP, in all."""
-    total = 0.0
-    for port in project.metrics_ports.values():
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-            found = re.search(r"^dledger_raw_http_read_bytes_total\{[^}]*\} (\S+)$", answer.read().decode(), re.M)
-        total += float(found.group(1)) if found else 0.0
-    return total
 
 
 def wait_workers(ui_port: int, timeout_s: float = 120.0) -> float:
@@ -112,6 +102,6 @@ def test_replay_on_the_standalone_spark_cluster_counts_every_message_sent(
     # They read the runs from the nodes' metrics ports, sent from the files
     # (docs/spark.md): n0:21011 on the compose network, each node checked to
     # be the one its Metadata named, not the host's published ports.
-    assert http_bytes_sent(project) > 0, "the replay read no run over the nodes' HTTP ports"
+    assert counter_total(project.metrics_ports.values(), "dledger_raw_http_read_bytes_total") > 0, "the replay read no run over the nodes' HTTP ports"
     with capsys.disabled():
         print(f"\ndocker spark e2e: {json.dumps({k: round(v, 1) for k, v in timings.items()})}")

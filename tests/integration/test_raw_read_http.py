@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import re
 import socket
 import struct
 
@@ -18,6 +17,7 @@ from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 from dledger.errors import ResponseCode
 from rpcgen import dledger_pb2 as pb
+from tests.metrics_scrape import counter_total
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -76,14 +76,6 @@ def metrics_port(c: ProcessCluster, address: str) -> int:
     return c.metrics_ports[node]
 
 
-def sent_bytes(port: int) -> float:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
-    found = re.search(r"^dledger_raw_http_read_bytes_total\{[^}]*\} (\S+)$", text, re.M)
-    return float(found.group(1)) if found else 0.0
-
-
 def test_runs_over_http_are_the_grpc_raw_reads_bytes(cluster):
     last, follower = run(fill(cluster))
     port = metrics_port(cluster, follower)
@@ -93,7 +85,7 @@ def test_runs_over_http_are_the_grpc_raw_reads_bytes(cluster):
             runs = [run async for run in client.read_raw(5, last - 3, from_address=follower, max_batch_bytes=64 << 10)]
         return b"".join(r for r, _ in runs), b"".join(d for _, d in runs)
 
-    before = sent_bytes(port)
+    before = counter_total([port], "dledger_raw_http_read_bytes_total")
     messages, ended = http_runs(port, f"group=default&start=5&end={last - 3}&run_bytes={64 << 10}")
     assert ended and len(messages) > 5  # the range crosses several segments: several runs
     assert all(m.header.code == ResponseCode.SUCCESS and m.committed_index >= last for m in messages)
@@ -102,7 +94,7 @@ def test_runs_over_http_are_the_grpc_raw_reads_bytes(cluster):
     assert b"".join(m.raw_records for m in messages) == records
     assert b"".join(m.raw_data for m in messages) == data
     assert len(records) == (last - 3 - 5 + 1) * 32
-    assert sent_bytes(port) - before == len(data)
+    assert counter_total([port], "dledger_raw_http_read_bytes_total") - before == len(data)
     # The answer names the node, so a reader behind published ports can tell
     # when a port it was given leads to another node.
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import mmap
 import os
-import re
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from cluster.process_cluster import ProcessCluster
 from dledger.client import DLedgerClient
+from tests.metrics_scrape import counter_total
 from tests.spark.helpers import committed_entries, leader_of, run, send_messages, wait_followers_committed
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]
@@ -104,19 +103,9 @@ def test_the_jvm_live_reader_reads_what_the_python_reader_reads(spark, cluster):
 def test_runs_come_over_http_unless_grpc_is_asked_for(spark, cluster, reader):
     end = str(max(run(committed_entries(servers(cluster)))))
     for transport, over_http in (("auto", True), ("grpc", False)):
-        before = http_bytes_sent(cluster)
+        before = counter_total(cluster.metrics_ports.values(), "dledger_raw_http_read_bytes_total")
         assert live(spark, cluster, reader, endIndex=end, liveTransport=transport).count() > 500
-        assert (http_bytes_sent(cluster) > before) == over_http, transport
-
-
-def http_bytes_sent(cluster: ProcessCluster) -> float:
-    """What the nodes' raw-read metric says they sent over HTTP, in all."""
-    total = 0.0
-    for port in cluster.metrics_ports.values():
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-            found = re.search(r"^dledger_raw_http_read_bytes_total\{[^}]*\} (\S+)$", answer.read().decode(), re.M)
-        total += float(found.group(1)) if found else 0.0
-    return total
+        assert (counter_total(cluster.metrics_ports.values(), "dledger_raw_http_read_bytes_total") > before) == over_http, transport
 
 
 def test_pruned_columns_and_partitions(spark, cluster):
