@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import hashlib
 import logging
 import uuid
@@ -52,6 +53,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import (ArrayType, BinaryType, LongType, MapType, StringType, StructType, TimestampType)
 
 from broker.client.errors import BadRequestError, NotFoundError, PayloadTooLargeError
+from broker.client.message import Message
 from dledger.client import parse_servers
 from spark.options import OptionError
 
@@ -157,9 +159,15 @@ def is_bad_row(outcome: object) -> bool:
 
 
 def message_id(write_id: str, partition: int, row: int) -> str:
-    """The RocketMQ 5 id of a row: 01 + 32 hex digits from the write, partition and row."""
-    digest = hashlib.sha256(f"{write_id}/{partition}/{row}".encode()).hexdigest()[:32]
-    return "01" + digest.upper()
+    """The RocketMQ 5 id of a row: 01 + 32 hex digits, 16 from a hash of the
+    write and partition, 16 of the row's position in it: the same for every
+    attempt of a task, different for every row (one hash per task, not per row)."""
+    return f"{_id_prefix(write_id, partition)}{row:016X}"
+
+
+@functools.lru_cache(maxsize=256)
+def _id_prefix(write_id: str, partition: int) -> str:
+    return "01" + hashlib.sha256(f"{write_id}/{partition}".encode()).hexdigest()[:16].upper()
 
 
 class _Writer:
@@ -233,9 +241,7 @@ class _Writer:
         log.warning("skipped %s", text)
         return 1
 
-    def _message(self, row: Any, write_id: str, partition: int, position: int) -> Any:
-        from broker.client.message import Message
-
+    def _message(self, row: Any, write_id: str, partition: int, position: int) -> Message:
         body = _get(row, "body")
         if body is None:
             raise BadRowError("no body")

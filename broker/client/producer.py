@@ -58,6 +58,7 @@ MAX_INFLIGHT_REQUESTS = 4
 MAX_BATCH_MESSAGES = 1000
 MAX_BATCH_BYTES = 4 << 20
 DEFAULT_MAX_BODY_BYTES = 4 << 20
+_NO_SETTINGS_READ = object()  # max_body_bytes has read no settings yet
 # With several broker groups, a call is split over them only when each
 # share would carry at least this many messages.
 MIN_SHARE_MESSAGES = 16
@@ -84,6 +85,8 @@ class Producer(BaseClient):
         self.accumulator = SendAccumulator(self.send_call, max_inflight_requests, max_batch_messages,
                                            max_batch_bytes)
         self.max_batch_messages = max_batch_messages
+        self._limit_settings: object = _NO_SETTINGS_READ
+        self._max_body_bytes = DEFAULT_MAX_BODY_BYTES
         self.max_batch_bytes = max_batch_bytes
         self.routes = RouteCache(self.connection)
         self.groups = GroupConnections(self.config, self.connection.client_id)
@@ -104,9 +107,14 @@ class Producer(BaseClient):
     @property
     def max_body_bytes(self) -> int:
         server = self.telemetry.server_settings
-        if server is not None and server.HasField("publishing") and server.publishing.max_body_size > 0:
-            return server.publishing.max_body_size
-        return DEFAULT_MAX_BODY_BYTES
+        # Read once per settings message (telemetry replaces it when the
+        # broker sends new ones): this runs for every message sent.
+        if server is not self._limit_settings:
+            self._limit_settings = server
+            self._max_body_bytes = server.publishing.max_body_size \
+                if server is not None and server.HasField("publishing") and server.publishing.max_body_size > 0 \
+                else DEFAULT_MAX_BODY_BYTES
+        return self._max_body_bytes
 
     async def close(self) -> None:
         if self.started:
