@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import struct
 from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -37,7 +36,7 @@ from typing import BinaryIO, Callable, Protocol
 from urllib.parse import parse_qs
 
 from dledger.errors import DLedgerError, ResponseCode
-from dledger.raw_run import raw_run_prefix
+from dledger.raw_run import END_FRAME, HTTP_FRAME, NODE_HEADER, raw_run_prefix
 from dledger.rpc.edge import fill_header
 from dledger.server import DLedgerServer
 from dledger.store.file_store import RawRunPlan
@@ -45,15 +44,11 @@ from rpcgen import dledger_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-RAW_READ_PATH = "/dledger/runs"
 CONTENT_TYPE = "application/x-dledger-runs"
-NODE_HEADER = "X-DLedger-Node"
 DEFAULT_RUN_BYTES = 1 << 20
 PLAN_BYTES = 8 << 20          # what one hop into the event loop plans
 PLAN_TIMEOUT_S = 10.0
 SEND_TIMEOUT_S = 30.0         # a reader that stops reading for this long is dropped
-END_FRAME = b"\0\0\0\0\0"
-_FRAME = struct.Struct(">BI")
 
 
 class Handler(Protocol):
@@ -75,7 +70,7 @@ class _Planned:
 
 
 class RawReadEndpoint:
-    """Serves RAW_READ_PATH for one node. `enabled` is False on a node with TLS
+    """Serves raw reads (dledger/raw_run.py's RAW_READ_PATH) for one node. `enabled` is False on a node with TLS
     or authentication: the bytes would travel in clear and unsigned."""
 
     def __init__(self, server: DLedgerServer, loop: asyncio.AbstractEventLoop, enabled: bool,
@@ -125,7 +120,7 @@ class RawReadEndpoint:
                     return
                 for run in planned.runs:
                     prefix = raw_run_prefix(planned.head, run.records, run.length)
-                    sock.sendall(_FRAME.pack(0, len(prefix) + run.length) + prefix)
+                    sock.sendall(HTTP_FRAME.pack(0, len(prefix) + run.length) + prefix)
                     _send_file(sock, files, run)
                     self.on_run_sent(run.length)
                     index += run.count
@@ -175,7 +170,7 @@ def _parse(query: str) -> tuple[str, int, int, int]:
 
 
 def _frame(message: bytes) -> bytes:
-    return _FRAME.pack(0, len(message)) + message
+    return HTTP_FRAME.pack(0, len(message)) + message
 
 
 def _send_file(sock: socket.socket, files: dict[str, BinaryIO], run: RawRunPlan) -> None:

@@ -16,9 +16,19 @@ calls SerializeToString on whichever it gets.
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 from rpcgen import dledger_pb2 as pb
+
+# Raw reads over a node's HTTP port (cluster/raw_read_http.py serves them,
+# spark/raw_http.py and spark/jvm RawHttp.java read them): the same
+# ReadResponse messages, each framed as gRPC frames them (a flag byte 0, a
+# 4-byte big-endian length); an empty frame ends the range.
+RAW_READ_PATH = "/dledger/runs"
+NODE_HEADER = "X-DLedger-Node"   # which node answers
+HTTP_FRAME = struct.Struct(">BI")
+END_FRAME = HTTP_FRAME.pack(0, 0)
 
 _RAW_RECORDS_KEY = bytes([(5 << 3) | 2])  # ReadResponse.raw_records, length-delimited
 _RAW_DATA_KEY = bytes([(6 << 3) | 2])     # ReadResponse.raw_data, length-delimited

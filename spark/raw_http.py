@@ -12,18 +12,16 @@ another node behind that port, nothing listening): read it over gRPC.
 from __future__ import annotations
 
 import asyncio
-import struct
 from collections.abc import AsyncIterator
 from urllib.parse import urlencode
 
 from dledger.errors import DLedgerError, ResponseCode
+from dledger.raw_run import HTTP_FRAME, NODE_HEADER, RAW_READ_PATH
 from rpcgen import dledger_pb2 as pb
 
-PATH = "/dledger/runs"
-NODE_HEADER = b"x-dledger-node"
+_NODE_HEADER = NODE_HEADER.lower().encode()
 CONNECT_TIMEOUT_S = 1.0
 MAX_MESSAGE = 256 << 20
-_FRAME = struct.Struct(">BI")
 
 
 class RawHttpUnavailable(Exception):
@@ -55,12 +53,12 @@ async def _open(address: str, node_id: str, group: str, start: int, end: int, ru
         raise RawHttpUnavailable(f"{address} cannot be reached ({error!r})") from None
     try:
         query = urlencode({"group": group, "start": start, "end": end, "run_bytes": run_bytes})
-        writer.write(f"GET {PATH}?{query} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n".encode())
+        writer.write(f"GET {RAW_READ_PATH}?{query} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n".encode())
         status = await asyncio.wait_for(reader.readline(), timeout_s)
         answering = b""
         while (line := await asyncio.wait_for(reader.readline(), timeout_s)) not in (b"\r\n", b""):
             name, _, value = line.partition(b":")
-            if name.strip().lower() == NODE_HEADER:
+            if name.strip().lower() == _NODE_HEADER:
                 answering = value.strip()
         if not status.startswith((b"HTTP/1.1 200 ", b"HTTP/1.0 200 ")):
             raise RawHttpUnavailable(f"{address} answered {status.decode(errors='replace').strip()}")
@@ -80,7 +78,7 @@ async def _runs(address: str, reader: asyncio.StreamReader, writer: asyncio.Stre
     try:
         while True:
             try:
-                flag, length = _FRAME.unpack(await asyncio.wait_for(reader.readexactly(_FRAME.size), timeout_s))
+                flag, length = HTTP_FRAME.unpack(await asyncio.wait_for(reader.readexactly(HTTP_FRAME.size), timeout_s))
                 if flag != 0 or length > MAX_MESSAGE:
                     raise DLedgerError(ResponseCode.INTERNAL_ERROR, f"{address}: a raw read sent a frame of flag "
                                                                     f"{flag} and length {length}")

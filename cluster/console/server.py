@@ -35,7 +35,8 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from cluster.console.backend import ConsoleBackend, ConsoleError, Signature, Target
-from cluster.raw_read_http import RAW_READ_PATH, RawReadEndpoint
+from cluster.raw_read_http import RawReadEndpoint
+from dledger.raw_run import RAW_READ_PATH
 from dledger.rpc.credentials import ClientSecurity
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 

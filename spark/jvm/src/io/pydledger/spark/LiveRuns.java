@@ -40,8 +40,7 @@ final class LiveRuns implements Closeable {
     private Grpc.Connection connection;
     private Grpc.Call call;
     private RawHttp raw;  // instead of call, when the node serves runs over HTTP
-    private final Map<String, String> httpOf = new HashMap<>();  // gRPC address -> HTTP address, "": none
-    private final Map<String, String> idOf = new HashMap<>();  // gRPC address -> the node's id
+    private final Map<String, HttpPort> httpOf = new HashMap<>();  // gRPC address -> its HTTP port, NONE: gRPC
     private String target;
     private String leaderHint;
     private long started;
@@ -175,14 +174,14 @@ final class LiveRuns implements Closeable {
             return false;
         }
         long deadline = source == null ? LEADER_DEADLINE_MS / 4 : REPLICA_DEADLINE_MS;
-        String http = httpAddress(target);
+        HttpPort http = httpPort(target);
         if (http != null) {
             try {
-                raw = RawHttp.open(http, idOf.get(target), part.group, nextIndex, part.lastIndex, RUN_BYTES,
+                raw = RawHttp.open(http.address, http.nodeId, part.group, nextIndex, part.lastIndex, RUN_BYTES,
                         deadline);
                 return true;
             } catch (RawHttp.Unavailable unavailable) {
-                httpOf.put(target, "");  // read this node over gRPC from now on
+                httpOf.put(target, HttpPort.NONE);  // read this node over gRPC from now on
             }
         }
         byte[] request = new Proto.Writer().bytes(1, Proto.header(part.group)).int64(2, nextIndex)
@@ -197,23 +196,27 @@ final class LiveRuns implements Closeable {
         }
     }
 
+    /** A node's HTTP port for raw runs, and the id that must answer there. */
+    private record HttpPort(String address, String nodeId) {
+        static final HttpPort NONE = new HttpPort("", "");
+    }
+
     /** Where `node` serves runs over HTTP, or null: not offered, not wanted, or not known yet. */
-    private String httpAddress(String node) throws IOException {
+    private HttpPort httpPort(String node) throws IOException {
         if (!part.rawHttp || !part.access.tlsCa().isEmpty() || !part.access.user().isEmpty()) {
             return null;  // the HTTP port has neither TLS nor signatures: a secured cluster refuses it
         }
-        String known = httpOf.get(node);
+        HttpPort known = httpOf.get(node);
         if (known == null) {
             LiveGroup.Node metadata = LiveGroup.metadata(node, part.group, part.access);
             if (metadata == null) {
                 return null;  // not answering now: gRPC finds out and fails over
             }
             String address = RawHttp.address(node, metadata.metricsAddress);
-            known = address == null ? "" : address;
+            known = address == null ? HttpPort.NONE : new HttpPort(address, metadata.selfId);
             httpOf.put(node, known);
-            idOf.put(node, metadata.selfId);
         }
-        return known.isEmpty() ? null : known;
+        return known == HttpPort.NONE ? null : known;
     }
 
     private String leader() throws IOException {
