@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from store import message_const as mc
 from store.errors import CorruptFileError
 from store.index_file import DEFAULT_HASH_SLOT_NUM, DEFAULT_INDEX_NUM, IndexFile
-from store.java_hash import index_key_hash
+from store.java_hash import index_key_hash, index_key_hashes
 from store.mapped_file import fsync_dir
 
 NAME_FORMAT = "%Y%m%d%H%M%S"
@@ -144,7 +144,8 @@ class IndexService:
         over a whole run at once, so the header is written once per file, not
         once per key. Returns how many keys were indexed."""
         end = self.end_phys_offset
-        items: list[tuple[int, int, int]] = []
+        index_keys: list[str] = []
+        places: list[tuple[int, int]] = []   # (phys offset, store timestamp) of each key
         for topic, keys, uniq_key, phys_offset, store_timestamp, sys_flag in messages:
             if phys_offset <= end or mc.transaction_type(sys_flag) == mc.TRANSACTION_ROLLBACK_TYPE:
                 continue
@@ -153,13 +154,18 @@ class IndexService:
                                  "must be a positive and a non-negative int64")
             end = phys_offset
             if uniq_key:
-                items.append((index_key_hash(build_key(topic, uniq_key)), phys_offset, store_timestamp))
+                index_keys.append(build_key(topic, uniq_key))
+                places.append((phys_offset, store_timestamp))
             if keys:
-                items.extend((index_key_hash(build_key(topic, key)), phys_offset, store_timestamp)
-                             for key in keys.split(mc.KEY_SEPARATOR) if key)
-        if items:
-            self._put_items(items)
-        return len(items)
+                for key in keys.split(mc.KEY_SEPARATOR):
+                    if key:
+                        index_keys.append(build_key(topic, key))
+                        places.append((phys_offset, store_timestamp))
+        if index_keys:
+            # The run's key hashes at once (index_key_hashes), not one by one.
+            self._put_items([(key_hash, phys_offset, store_timestamp) for key_hash, (phys_offset, store_timestamp)
+                             in zip(index_key_hashes(index_keys), places)])
+        return len(index_keys)
 
     def _writable_file(self) -> IndexFile:
         if self._files and not self._files[-1].is_write_full():

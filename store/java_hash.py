@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import operator
 import struct
+from typing import Sequence
+
+import numpy as np
 
 _MASK32 = 0xFFFFFFFF
 # 31**k mod 2**32, highest power first: the hash of n units is the dot product
@@ -52,3 +55,46 @@ def index_key_hash(key: str) -> int:
     if h == -(1 << 31):
         return 0
     return -h if h < 0 else h
+
+
+# A run of keys hashed at once with NumPy instead of a sum per key: below
+# this many keys the per-key sum is cheaper than NumPy's fixed cost.
+_VECTOR_MIN_KEYS = 8
+_INVERSE_31 = pow(31, -1, 1 << 32)   # 31 is odd, so it has an inverse mod 2**32
+_power_tables: tuple[np.ndarray, np.ndarray] = (np.ones(1, np.uint32), np.ones(1, np.uint32))
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """31**j and 31**-j mod 2**32 for j < n (at least), as uint32 arrays;
+    the tables grow by doubling, so their one Python loop is paid rarely."""
+    global _power_tables
+    if len(_power_tables[0]) < n:
+        size = max(n, 2 * len(_power_tables[0]), 4096)
+        forward, inverse = [1] * size, [1] * size
+        for j in range(1, size):
+            forward[j] = forward[j - 1] * 31 & _MASK32
+            inverse[j] = inverse[j - 1] * _INVERSE_31 & _MASK32
+        _power_tables = np.array(forward, np.uint32), np.array(inverse, np.uint32)
+    return _power_tables
+
+
+def index_key_hashes(keys: Sequence[str]) -> list[int]:
+    """index_key_hash of every key, for a run of keys at once."""
+    if len(keys) < _VECTOR_MIN_KEYS:
+        return [index_key_hash(k) for k in keys]
+    joined = "".join(keys)
+    if not joined.isascii():
+        return [index_key_hash(k) for k in keys]   # UTF-16 units: rare, kept exact by the scalar path
+    units = np.frombuffer(joined.encode("ascii"), np.uint8).astype(np.uint32)
+    lengths = np.fromiter(map(len, keys), np.int64, len(keys))
+    ends = np.cumsum(lengths)
+    forward, inverse = _powers(len(units) + 1)
+    # h(key) = sum of unit[j] * 31**(end-1-j) = 31**(end-1) * (S[end] - S[start]),
+    # S the running sum of unit[j] * 31**-j: every step wraps mod 2**32 as Java's int does.
+    running = np.zeros(len(units) + 1, np.uint32)
+    np.cumsum(units * inverse[:len(units)], dtype=np.uint32, out=running[1:])
+    hashes = (running[ends] - running[ends - lengths]) * forward[np.maximum(ends - 1, 0)]
+    signed = hashes.view(np.int32).astype(np.int64)
+    absolute = np.abs(signed)
+    absolute[absolute == 1 << 31] = 0   # Integer.MIN_VALUE has no absolute value
+    return absolute.tolist()

@@ -1,6 +1,8 @@
 """The stored message layout, properties, message ids and Java hash codes."""
 from __future__ import annotations
 
+import random
+
 import struct
 import threading
 import zlib
@@ -15,7 +17,7 @@ from store.codec import (
     peek_total_size,
 )
 from store.errors import MessageDecodeError, MessageEncodeError, PropertiesTooLargeError
-from store.java_hash import index_key_hash, java_string_hash, tag_hash_code
+from store.java_hash import index_key_hash, index_key_hashes, java_string_hash, tag_hash_code
 from store.message_id import (
     CLIENT_MESSAGE_ID_EPOCH, MessageIdGenerator, create_offset_message_id, decode_offset_message_id,
     parse_client_message_id,
@@ -352,3 +354,17 @@ def test_index_key_hash_is_the_absolute_value_and_zero_for_min_int():
     assert index_key_hash("Hello World") == 862545276
     assert index_key_hash("hello") == 99162322
     assert index_key_hash("polygenelubricants") == 0
+
+
+@pytest.mark.parametrize("count", [1, 7, 8, 64, 1000])
+def test_index_key_hashes_of_a_run_equal_each_keys_own(count: int):
+    """The vectorised run (index_key_hashes) against the per-key hash: the
+    known values, every length up to long keys, an empty key, and a run with
+    one non-ASCII key (the exact UTF-16 path)."""
+    rng = random.Random(count)
+    keys = ["Hello World", "hello", "polygenelubricants", "", "x" * 3000] + [
+        "".join(chr(rng.randint(32, 126)) for _ in range(rng.randint(1, 90))) for _ in range(count)]
+    assert index_key_hashes(keys)[:3] == [862545276, 99162322, 0]
+    assert index_key_hashes(keys) == [index_key_hash(k) for k in keys]
+    mixed = keys + ["Topic#\U0001F600é"]
+    assert index_key_hashes(mixed) == [index_key_hash(k) for k in mixed]
