@@ -396,15 +396,21 @@ def appends_during_replay(loop: asyncio.AbstractEventLoop, servers: str, replays
 
     rates: dict[str, list[float]] = {"alone": [], **{name: [] for name in replays}}
     done = {name: 0 for name in replays}
+    # What the replays read while the appends ran: rows over the replays' time.
+    replayed: dict[str, list[float]] = {name: [0, 0.0] for name in replays}
 
     def measure(mode: str, replay: Any | None) -> None:
         result: list[Any] = []
         worker = threading.Thread(target=lambda: result.append(loop.run_until_complete(
             bench_append(servers, BODY_BYTES, APPEND_INFLIGHT, APPEND_SECONDS))))
         worker.start()
+        started = time.monotonic()
         while replay is not None and worker.is_alive():
-            replay().selectExpr("count(*)", "sum(length(body))").first()
+            rows = replay().selectExpr("count(*)", "sum(length(body))").first()[0]
             done[mode] = done.get(mode, 0) + 1
+            replayed.setdefault(mode, [0, 0.0])[0] += rows
+        if replay is not None:
+            replayed[mode][1] += time.monotonic() - started
         worker.join()
         rates.setdefault(mode, []).append(result[0].acked_entries / result[0].duration_s)
 
@@ -424,7 +430,10 @@ def appends_during_replay(loop: asyncio.AbstractEventLoop, servers: str, replays
     print(json.dumps({"bench": "appends_during_replay", "inflight": APPEND_INFLIGHT, "seconds": APPEND_SECONDS,
                       "throttle_bytes_per_s_per_partition": THROTTLE_BYTES_PER_S,
                       **{f"{mode}_per_s": [round(r) for r in rates[mode]] for mode in rates},
-                      "replays": done, **{f"ratio_{mode}": round(max(rates[mode]) / alone, 2) for mode in replays},
+                      "replays": done,
+                      "replay_rows_per_s": {mode: round(rows / seconds) for mode, (rows, seconds) in replayed.items()
+                                            if seconds > 0},
+                      **{f"ratio_{mode}": round(max(rates[mode]) / alone, 2) for mode in replays},
                       "load_avg_1m": round(os.getloadavg()[0], 1)}), flush=True)
 
 

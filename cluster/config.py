@@ -68,6 +68,9 @@ TUNING_FLAGS: list[tuple[str, str, str, str]] = [
     ("--preallocate", "preallocate", "true|false", "allocate segment files up front"),
     ("--scrub-pass-interval", "scrub_pass_interval_s", "SECONDS",
      "start a pass of the scrubber (re-verifying committed entries) at most this often"),
+    ("--replay-yield-wait-share", "replay_yield_wait_share", "SHARE",
+     "replays (raw reads) slow down while the event loop's thread waits for a core more than this share "
+     "of its runnable time (default 0.35; 0: never)"),
     ("--advertised-addresses", "advertised_addresses", "ID=HOST:PORT,...",
      "where clients should connect to each node, when that differs from --peers (docker, proxies)"),
     ("--peer-routes", "peer_routes", "HOST:PORT=HOST:PORT,...",

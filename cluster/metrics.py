@@ -110,6 +110,10 @@ class StatusCollector(Collector):
             "dledger_pending_appends": ("Client appends waiting for a quorum", lambda s: s.pending_appends),
             "dledger_event_loop_lag_seconds": ("The event loop's longest stall in the last 10 s",
                                                lambda s: s.loop_lag_s),
+            "dledger_event_loop_cpu_wait_share": ("Of the event loop thread's runnable time (last 0.3 s), the "
+                                                  "share spent waiting for a core", lambda s: s.loop_cpu_wait_share),
+            "dledger_replay_pace_bytes_per_second": ("What replays (raw reads) may read now; 0: unpaced",
+                                                     lambda s: s.replay_pace_bytes_per_s),
             "dledger_event_loop_stalls": ("Event loop stalls longer than 50 ms since start", lambda s: s.loop_stalls),
             "dledger_repairing": ("1 while the node repairs its log (a non-voter)", lambda s: int(s.repairing)),
             "dledger_repair_until": ("The index a repairing node must hold again (-1: none)",

@@ -156,6 +156,15 @@ class DLedgerConfig:
     # before anyone needs the entry (0: no scrubbing).
     scrub_bytes_per_s: int = 8 << 20
     scrub_pass_interval_s: float = 60.0
+    # Replays (raw committed-range reads: Spark's live reader) yield to the
+    # node's own work: while the event loop's thread spends more than this
+    # share of its runnable time waiting for a core (and at least
+    # replay_yield_min_wait of every second), their rate halves, down to
+    # replay_floor_bytes_per_s; without contention it grows back to unpaced
+    # (dledger/read_pacer.py, dledger/cpu_contention.py). 0: never paced.
+    replay_yield_wait_share: float = 0.35
+    replay_yield_min_wait: float = 0.08
+    replay_floor_bytes_per_s: int = 2 << 20
     # Idempotent appends: a retry is recognised this long after its first
     # attempt (NATS JetStream's duplicate window); see dledger/producer_table.py.
     producer_window_s: float = 120.0
@@ -277,6 +286,11 @@ class DLedgerConfig:
         if self.peer_push_quota_bytes_per_s <= 0:
             # A zero quota would starve a far-behind follower for as long as writes commit.
             raise ValueError("peer_push_quota_bytes_per_s must be positive")
+        if not 0 <= self.replay_yield_wait_share < 1 or self.replay_yield_min_wait < 0:
+            raise ValueError("replay_yield_wait_share must be in [0, 1) (0: replays never yield) and "
+                             "replay_yield_min_wait at least 0")
+        if self.replay_floor_bytes_per_s <= 0:
+            raise ValueError("replay_floor_bytes_per_s must be positive: a paced replay must still progress")
         if self.mutual_tls and self.client_bind_address == self.bind_address:
             raise ValueError("mutual TLS between peers needs a separate client port: give advertised_addresses "
                              "(where clients reach each node) and, if needed, client_listen_address")

@@ -26,6 +26,8 @@ from dledger.membership import (Membership, MembershipLog, check_can_change, pla
 from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
 from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
 from dledger.loop_lag import LoopLagMonitor
+from dledger.cpu_contention import CpuContention
+from dledger.read_pacer import ReadPacer, should_yield
 from dledger.producer_table import Snapshot
 from dledger.raw_run import RawRunResponse
 from dledger.store.file_store import AppendHook, DLedgerFileStore, RawRunPlan
@@ -78,6 +80,10 @@ class DLedgerServer:
         # such a node neither campaigns nor stays leader while others can.
         self.leadership_vetoes: list[Callable[[], str]] = []
         self.loop_lag = LoopLagMonitor()
+        self.cpu_contention = CpuContention()
+        self._end_at_last_verdict = -1   # the log's end when the pacer last asked (_replays_should_yield)
+        self.read_pacer = ReadPacer(self._replays_should_yield, config.replay_floor_bytes_per_s,
+                                    enabled=config.replay_yield_wait_share > 0 and self.cpu_contention.available)
         self.repairs = 0   # times this process found damage and started a repair
         self._hand_over: asyncio.Task[None] | None = None   # after this leader removed itself
 
@@ -101,6 +107,7 @@ class DLedgerServer:
         self._producers_snapshot_index = self.pusher.producers.applied_index
         self.pusher.start()
         self._tasks = [start_task(self.loop_lag.run(), "LoopLagMonitor"),
+                       start_task(self.cpu_contention.run(), "CpuContention"),
                        start_task(self._scrubber(), "Scrubber"),
                        start_task(self.elector.run(), "DLedgerLeaderElector"),
                        start_task(self._checkpointer(), "Checkpointer"),
@@ -477,6 +484,14 @@ class DLedgerServer:
                                f"on its disk) and is repairing them from the leader: read them from another node")
         return start, end
 
+    def _replays_should_yield(self) -> bool | None:
+        """ReadPacer's verdict (dledger/read_pacer.py's `should_yield`), asked
+        at most every 0.1 s; writing: the log grew since the last verdict."""
+        end = self.store.ledger_end_index
+        writing, self._end_at_last_verdict = end != self._end_at_last_verdict, end
+        return should_yield(writing, self.cpu_contention, self.config.replay_yield_wait_share,
+                            self.config.replay_yield_min_wait)
+
     def plan_raw_reads(self, group: str, start_index: int, end_index: int, run_bytes: int,
                        budget_bytes: int) -> list[RawRunPlan]:
         """Where the committed entries [start_index, end_index] lie, as runs of
@@ -516,6 +531,9 @@ class DLedgerServer:
             if not count:
                 break
             index += count
+            wait = self.read_pacer.delay(len(data))
+            if wait:
+                await asyncio.sleep(wait)   # the node's own work waits for its loop: the replay yields
             yield RawRunResponse(records, data, self.member_state.committed_index, confirmed)
 
     async def _read_batches(self, start: int, end: int, batch_bytes: int,
@@ -570,6 +588,8 @@ class DLedgerServer:
             flushed_index=store.flushed_index,
             pending_appends=self.pusher.quorum.pending_entries() if self.pusher else 0, peers=peers,
             loop_lag_s=self.loop_lag.lag_s, loop_stalls=self.loop_lag.stalls,
+            loop_cpu_wait_share=self.cpu_contention.wait_share,
+            replay_pace_bytes_per_s=self.read_pacer.rate_bytes_per_s,
             repairing=ms.repairing, repair_until=ms.repair_until, repairs=self.repairs)
 
     # ---------------------------------------------------------------- repair

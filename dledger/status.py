@@ -36,6 +36,8 @@ class NodeStatus:
     repairing: bool = False       # repairing its log: a non-voter until it holds repair_until
     repair_until: int = -1
     repairs: int = 0              # repairs started by this process
+    loop_cpu_wait_share: float = 0.0  # of the loop thread's runnable time now, the part waiting for a core
+    replay_pace_bytes_per_s: float = 0.0  # what replays may read now (0: unpaced)
 
 
 class ServerObserver(Protocol):

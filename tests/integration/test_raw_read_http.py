@@ -10,6 +10,7 @@ import asyncio
 import http.client
 import socket
 import struct
+import time
 
 import pytest
 
@@ -128,3 +129,49 @@ def test_malformed_requests_are_refused_saying_why(cluster, query, why):
     conn.request("GET", "/dledger/runs?" + query)
     answer = conn.getresponse()
     assert answer.status == 400 and why in answer.read().decode()
+
+
+def test_replays_yield_when_the_node_waits_for_a_core(tmp_path, monkeypatch):
+    """While entries come in, a node whose loop thread counts as held up (the
+    yield share set so low that any wait for a core counts) paces raw reads to
+    its floor, over HTTP and over the gRPC Read alike, and says so in its
+    metrics; once the writes stop, reads go unpaced again."""
+    monkeypatch.setenv("DLEDGER_REPLAY_YIELD_WAIT_SHARE", "0.000001")
+    monkeypatch.setenv("DLEDGER_REPLAY_YIELD_MIN_WAIT", "0")
+    monkeypatch.setenv("DLEDGER_REPLAY_FLOOR_BYTES_PER_S", str(1 << 20))
+    c = ProcessCluster(tmp_path, extra_args=NODE_ARGS, metrics=True)
+    c.start()
+    try:
+        last, follower = run(fill(c))   # about 2.7 MB
+        port = metrics_port(c, follower)
+        query = f"start=0&end={last}&run_bytes={256 << 10}"
+
+        async def reads_while(writing: bool) -> tuple[float, float]:
+            async with DLedgerClient(list(c.addresses.values())) as client:
+                async def write() -> None:
+                    while True:
+                        await client.append([b"w" * 100])
+                        await asyncio.sleep(0.01)
+                writer = asyncio.create_task(write()) if writing else None
+                try:
+                    started = time.monotonic()
+                    messages, ended = await asyncio.to_thread(http_runs, port, query)
+                    http_s = time.monotonic() - started
+                    assert ended and sum(len(m.raw_data) for m in messages) > 2_500_000
+                    started = time.monotonic()
+                    read = sum([len(d) async for _, d in client.read_raw(0, last, from_address=follower,
+                                                                         max_batch_bytes=256 << 10)])
+                    assert read > 2_500_000
+                    return http_s, time.monotonic() - started
+                finally:
+                    if writer is not None:
+                        writer.cancel()
+
+        http_s, grpc_s = run(reads_while(writing=True))
+        # At 1 MiB/s each read takes 2 s or more; unpaced, well under 0.5 s.
+        assert http_s > 1.2 and grpc_s > 1.2, (http_s, grpc_s)
+        assert counter_total([port], "dledger_replay_pace_bytes_per_second") == 1 << 20
+        http_s, grpc_s = run(reads_while(writing=False))
+        assert http_s < 1.0 and grpc_s < 1.0, (http_s, grpc_s)
+    finally:
+        c.stop_all()
