@@ -38,11 +38,13 @@ build_wheels() {
     # that the image build finds it in its cache.
     SOURCE_DATE_EPOCH=315532800 "$PYTHON" -m pip wheel --quiet --disable-pip-version-check --no-deps \
         --wheel-dir "$WHEELS/project" .
-    # Dependencies as binary wheels for the engine's platform, pinned by
+    # Dependencies as binary wheels for the engine's platform (glibc 2.28 or
+    # later, as both bases have: numpy 2.3+ ships no manylinux2014 wheels), pinned by
     # pyproject.toml and, for what they pull in, deploy/constraints.txt;
     # wheels already there are kept (and stay cached in the image build).
     "$PYTHON" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
-        --platform "manylinux2014_$arch" --python-version 3.11 --implementation cp --abi cp311 \
+        --platform "manylinux2014_$arch" --platform "manylinux_2_28_$arch" --python-version 3.11 \
+        --implementation cp --abi cp311 \
         --constraint deploy/constraints.txt --dest "$WHEELS/deps" "$WHEELS/project/"*.whl
     rm -f "$WHEELS/deps/"pydledger-*.whl
     say "wheels for $arch in $WHEELS: $(ls "$WHEELS/deps" "$WHEELS/project" | grep -c '\.whl$')"
