@@ -29,6 +29,11 @@ import time
 from typing import Callable, Protocol
 
 ADJUST_EVERY_S = 0.1
+# No run waits longer than this: readers give a replica 2 s for its next run
+# before they read elsewhere (spark/jvm LiveRuns, spark/raw_http.py), and
+# many readers of one node at a low rate would otherwise queue past it. With
+# that many readers the node serves more than the rate, never a timeout.
+MAX_WAIT_S = 1.0
 CEILING = 1 << 30          # bytes/s: above this, unpaced again
 GROWTH = 1.5
 
@@ -89,7 +94,7 @@ class ReadPacer:
             self._window_bytes += nbytes
             if self.rate is None:
                 return 0.0
-            start = max(now, self._free_at)
+            start = min(max(now, self._free_at), now + MAX_WAIT_S)
             self._free_at = start + nbytes / self.rate
             wait = start - now
             self.paced_s += wait

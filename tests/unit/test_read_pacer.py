@@ -10,7 +10,7 @@ import time
 import pytest
 
 from dledger.cpu_contention import CpuContention
-from dledger.read_pacer import ADJUST_EVERY_S, CEILING, ReadPacer, Verdict, should_yield
+from dledger.read_pacer import ADJUST_EVERY_S, CEILING, MAX_WAIT_S, ReadPacer, Verdict, should_yield
 
 MIB = 1 << 20
 STEP = ADJUST_EVERY_S * 1.01   # just past one adjustment period
@@ -80,6 +80,17 @@ def test_the_band_between_holds_the_rate_and_calm_grows_it_back_to_unpaced():
         grown.append(pacer.rate)
     assert pacer.rate is None, "calm never let the reads go unpaced again"
     assert all(b > a for a, b in zip(grown, grown[1:-1])) and grown[-2] <= CEILING
+
+
+def test_many_readers_at_the_floor_never_wait_past_a_readers_deadline():
+    """Eight readers of one node asking 1 MiB runs at once at 1 MiB/s: a strict
+    bucket would keep the last one waiting 7 s, past the 2 s readers give a
+    replica; no wait goes beyond MAX_WAIT_S."""
+    pacer, clock = pacer_with([H] * 10)
+    pacer.rate = float(MIB)   # paced down to the floor earlier; held there
+    waits = [pacer.delay(MIB) for _ in range(8)]
+    assert waits[:2] == pytest.approx([0.0, 1.0 if MAX_WAIT_S >= 1.0 else MAX_WAIT_S])
+    assert max(waits) == pytest.approx(MAX_WAIT_S) and MAX_WAIT_S < 2.0
 
 
 def test_pacing_off_never_waits():
