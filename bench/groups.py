@@ -2,7 +2,7 @@
 this machine, in one session (issue 16).
 
     python -m bench.groups [--groups 1,2] [--duration 8] [--messages 20000] [--size 1024]
-                           [--inflight 64] [--batch 1] [--pin]
+                           [--inflight 64] [--batch 1] [--pin] [--node-cpus F]
 
 For each G it starts a name server and G groups of three node processes
 (cluster/process_cluster.py), creates one topic with 8 queues in every
@@ -13,7 +13,11 @@ run with messages/s and the CPU each process spent per message
 ("cpu_us_per_message"; "group_cpu_us_per_message" sums each group's
 nodes). With --pin, the processes of group g (and the client) are pinned to
 core g mod the cores there are (taskset), so that groups do not share a
-core.
+core. With --node-cpus F, every node process may use at most F of a core
+(a cgroup CPU quota, bench/cpu_limit.py; needs root): each group then has
+CPUs of its own, as groups on their own machines have, while the client
+and the name server share what is left; that asks whether a topic's
+throughput grows with its groups, which two shared cores cannot.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from typing import Any
 
 import grpc
 
+from bench.cpu_limit import CpuLimits
 from bench.proc_cpu import CpuMeter
 from broker.client import AdminClient
 from cluster.broker_bench import bench_consume, bench_send
@@ -110,27 +115,34 @@ def cpu_line(meter: CpuMeter, messages: int, clusters: dict[str, ProcessCluster]
 async def run_one(groups: int, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-groups-") as tmp:
         namesrv, clusters = start(Path(tmp), groups)
+        limits = CpuLimits()
         try:
             if args.pin:
                 pin(namesrv, clusters)
+            if args.node_cpus:
+                for cluster in clusters.values():
+                    for node, proc in cluster.procs.items():
+                        limits.limit(proc.pid, node, args.node_cpus)
             await wait_ready(namesrv, clusters)
             servers = list(clusters["g0"].addresses.values())
             pids = {n: p.pid for c in clusters.values() for n, p in c.procs.items()}
             meter = CpuMeter(pids)
             meter.start()
             sent = await bench_send(servers, TOPIC, args.size, args.inflight, args.batch, args.duration)
-            print(json.dumps({"groups": groups, "pinned": args.pin, **sent.to_json(),
+            print(json.dumps({"groups": groups, "pinned": args.pin, "node_cpus": args.node_cpus, **sent.to_json(),
                               **cpu_line(meter, sent.messages, clusters)}), flush=True)
             meter.start()
             consumed = await bench_consume(servers, TOPIC, None, args.size, args.messages, args.inflight // 4 or 1,
                                            32, 60.0)
-            print(json.dumps({"groups": groups, "pinned": args.pin, **consumed.to_json(),
+            print(json.dumps({"groups": groups, "pinned": args.pin, "node_cpus": args.node_cpus,
+                              **consumed.to_json(),
                               **cpu_line(meter, args.messages + consumed.messages, clusters),
                               "cpu_note": "per message sent (prefill) plus acked"}), flush=True)
         finally:
             for cluster in clusters.values():
                 cluster.kill_all()
             namesrv.kill()
+            limits.close()
 
 
 def main() -> None:
@@ -142,7 +154,13 @@ def main() -> None:
     parser.add_argument("--inflight", type=int, default=64)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--pin", action="store_true", help="pin group g's processes to core g (taskset)")
+    parser.add_argument("--node-cpus", type=float, default=0.0, metavar="F",
+                        help="limit every node process to F of a core (a cgroup CPU quota; needs root)")
     args = parser.parse_args()
+    if args.node_cpus:
+        why_not = CpuLimits.available()
+        if why_not:
+            parser.error(f"--node-cpus: {why_not}")
     for groups in (int(g) for g in args.groups.split(",")):
         asyncio.run(run_one(groups, args))
 
