@@ -81,7 +81,6 @@ class ReadPacer:
         self._free_at = 0.0              # when the bytes already granted have gone, at `rate`
         self._window_start = clock()
         self._window_bytes = 0
-        self.paced_s = 0.0               # the waits handed out (a metric)
 
     def delay(self, nbytes: int) -> float:
         """Seconds to wait before sending `nbytes` more (0.0: now)."""
@@ -96,9 +95,7 @@ class ReadPacer:
                 return 0.0
             start = min(max(now, self._free_at), now + MAX_WAIT_S)
             self._free_at = start + nbytes / self.rate
-            wait = start - now
-            self.paced_s += wait
-            return wait
+            return start - now
 
     def _adjust(self, now: float) -> None:
         read_rate = self._window_bytes / (now - self._window_start)

@@ -27,7 +27,7 @@ from dledger.pusher.pusher import AppendResult, DLedgerEntryPusher
 from dledger.status import NodeStatus, NullObserver, PeerStatus, ServerObserver
 from dledger.loop_lag import LoopLagMonitor
 from dledger.cpu_contention import CpuContention
-from dledger.read_pacer import ReadPacer, should_yield
+from dledger.read_pacer import ReadPacer, Verdict, should_yield
 from dledger.producer_table import Snapshot
 from dledger.raw_run import RawRunResponse
 from dledger.store.file_store import AppendHook, DLedgerFileStore, RawRunPlan
@@ -484,7 +484,7 @@ class DLedgerServer:
                                f"on its disk) and is repairing them from the leader: read them from another node")
         return start, end
 
-    def _replays_should_yield(self) -> bool | None:
+    def _replays_should_yield(self) -> Verdict:
         """ReadPacer's verdict (dledger/read_pacer.py's `should_yield`), asked
         at most every 0.1 s; writing: the log grew since the last verdict."""
         end = self.store.ledger_end_index
