@@ -18,6 +18,7 @@ from typing import Any
 TRIGGER = "0.5 seconds"
 MAX_ENTRIES_PER_TRIGGER = 400
 MAX_LIFETIME_S = 300.0
+FIRST_BATCH_TIMEOUT_S = 60.0
 # Columns the Parquet sink keeps: enough to check indexes, queue order and bodies.
 COLUMNS = ("index", "topic", "queue_id", "queue_offset", "message_id", "body")
 
@@ -34,11 +35,27 @@ def start_queries(spark: Any, servers: str, topic: str, copy_topic: str, work_di
     to_parquet = source().select(*COLUMNS).writeStream.format("parquet") \
         .option("path", str(work_dir / "out")).option("checkpointLocation", str(work_dir / "ck-parquet")) \
         .queryName("to_parquet").trigger(processingTime=TRIGGER).start()
+    await_first_batch(to_parquet)
     to_topic = source().selectExpr("body", "'copied' AS tags").writeStream.format("dledger") \
         .option("servers", servers).option("topic", copy_topic) \
         .option("checkpointLocation", str(work_dir / "ck-topic")) \
         .queryName("to_topic").trigger(processingTime=TRIGGER).start()
     return [to_parquet, to_topic]
+
+
+def await_first_batch(query: Any, timeout_s: float = FIRST_BATCH_TIMEOUT_S) -> None:
+    """Until `query` has run a micro-batch (or failed, or `timeout_s` passed).
+    Spark's Python runners add keys to their function's environment map
+    (`envVars.put`) the first time they run, in the same JVM where the driver
+    may be serializing another query's tasks that hold that map: two queries
+    started together in one driver can then fail with
+    java.io.OptionalDataException (a race in Spark itself, seen once in
+    `make test`). Once one query has run, the keys are there and later runs
+    only replace values with equal ones."""
+    deadline = time.monotonic() + timeout_s
+    while query.lastProgress is None and query.isActive and query.exception() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def committed_batches(work_dir: Path) -> dict[str, int]:
