@@ -26,7 +26,9 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from typing import Callable, Protocol
+from typing import Callable
+
+from dledger.cpu_contention import CpuContention
 
 ADJUST_EVERY_S = 0.1
 # No run waits longer than this: readers give a replica 2 s for its next run
@@ -38,14 +40,6 @@ CEILING = 1 << 30          # bytes/s: above this, unpaced again
 GROWTH = 1.5
 
 
-class Contention(Protocol):
-    """dledger/cpu_contention.py's readings."""
-    wait_rate: float
-
-    @property
-    def wait_share(self) -> float: ...
-
-
 class Verdict(enum.Enum):
     YIELD = "yield"        # the node's work is held up: halve the rate
     HOLD = "hold"          # the band between: keep it
@@ -53,7 +47,7 @@ class Verdict(enum.Enum):
     UNPACED = "unpaced"    # no writes: nothing to yield to
 
 
-def should_yield(writing: bool, contention: Contention, share_limit: float, min_wait: float) -> Verdict:
+def should_yield(writing: bool, contention: CpuContention, share_limit: float, min_wait: float) -> Verdict:
     """YIELD while the node takes entries (`writing`) and its loop thread
     waits for a core past `share_limit` of its runnable time, and for more
     than `min_wait` of every second; GROW well below either, HOLD in the band
@@ -104,11 +98,12 @@ class ReadPacer:
         if verdict is Verdict.YIELD:
             base = self.rate if self.rate is not None else read_rate
             self.rate = max(float(self.floor), base / 2)
-        elif verdict is Verdict.UNPACED or verdict is Verdict.GROW and self.rate is not None \
-                and self.rate * GROWTH > CEILING:
+        elif verdict is Verdict.UNPACED:
             self.rate, self._free_at = None, 0.0
         elif verdict is Verdict.GROW and self.rate is not None:
             self.rate *= GROWTH
+            if self.rate > CEILING:
+                self.rate, self._free_at = None, 0.0
 
     @property
     def rate_bytes_per_s(self) -> float:

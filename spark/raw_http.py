@@ -66,10 +66,11 @@ async def _open(address: str, node_id: str, group: str, start: int, end: int, ru
             # Behind published ports the port a node names may be another node's.
             raise RawHttpUnavailable(f"{address} is node {answering.decode(errors='replace')!r}, not {node_id!r}")
         return reader, writer
-    except (OSError, asyncio.TimeoutError, RawHttpUnavailable) as error:
+    except RawHttpUnavailable:
         writer.close()
-        if isinstance(error, RawHttpUnavailable):
-            raise
+        raise
+    except (OSError, asyncio.TimeoutError) as error:
+        writer.close()
         raise RawHttpUnavailable(f"{address}: {error!r}") from None
 
 
