@@ -18,6 +18,8 @@ from dledger.store.properties import read_properties
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
+from rpcgen.pydledger.admin.v1 import operations_pb2 as opb
+from rpcgen.pydledger.admin.v1 import operations_pb2_grpc
 
 METADATA = [("x-mq-client-id", "spark-test@1")]
 
@@ -117,3 +119,17 @@ async def wait_followers_committed(cluster: ProcessCluster, index: int, timeout:
                 return
             await asyncio.sleep(0.05)
     raise AssertionError(f"followers did not learn commit {index}")
+
+
+async def wait_applied(address: str, index: int, timeout: float = 15.0) -> None:
+    """The node's message store has applied every entry up to `index`: its
+    apply loop has read them back (checked) from the node's disk."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = operations_pb2_grpc.OperationsServiceStub(channel)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            answer = await stub.DescribeStore(opb.DescribeStoreRequest(), timeout=2)
+            if answer.applied_index >= index:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"{address} did not apply entry {index}")
