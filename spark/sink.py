@@ -28,8 +28,9 @@ producer's retries, an unknown outcome) fails the task whatever onBadRow
 says: Spark's retry sends the same ids.
 
 Spark hands the writers Arrow batches (DataSourceArrowWriter); a task
-turns them into messages a column at a time and keeps up to
-BATCHES_IN_FLIGHT batches of batchSize sent and unanswered.
+cuts them into chunks of batchSize rows, encodes each chunk a column at a
+time (spark/sink_rows.py) and sends it as one call per topic, keeping up to
+CHUNKS_IN_FLIGHT chunks unanswered.
 
 Options: servers (required), topic (default topic), onBadRow (fail | skip),
 batchSize (messages per batch, default 500), failFirstAttemptAfterRows
@@ -39,7 +40,6 @@ are sent).
 from __future__ import annotations
 
 import asyncio
-import datetime
 import functools
 import hashlib
 import logging
@@ -52,10 +52,13 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (ArrayType, BinaryType, LongType, MapType, StringType, StructType, TimestampType)
 
-from broker.client.errors import BadRequestError, NotFoundError, PayloadTooLargeError
-from broker.client.message import Message
+from broker.client.errors import BadRequestError, ClientError, NotFoundError, PayloadTooLargeError
 from dledger.client import parse_servers
 from spark.options import OptionError
+from spark.sink_rows import BadRowError, Chunk, EncodedRow, RowEncoder, chunks_of_batches, chunks_of_rows
+
+__all__ = ["BadRowError", "DLedgerBatchWriter", "DLedgerStreamWriter", "SinkCommit", "SinkOptions", "is_bad_row",
+           "message_id"]
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +67,9 @@ DEFAULT_BATCH_SIZE = 500
 # row is at fault. Every other error (unavailable past the client's retries,
 # an unknown outcome, forbidden) is the task's, which fails and is retried.
 BAD_ROW_ERRORS = (BadRequestError, NotFoundError, PayloadTooLargeError)
-# Batches sent and not yet answered, per task: enough to keep the producer's
-# calls (4 in flight, broker/client/producer.py) full.
-BATCHES_IN_FLIGHT = 4
+# Chunks (of batchSize rows) sent and not yet answered, per task: enough to
+# keep calls in flight while the next chunk is encoded.
+CHUNKS_IN_FLIGHT = 4
 SINK_OPTIONS = ("servers", "topic", "onBadRow", "batchSize", "failFirstAttemptAfterRows", "path")
 # What Spark itself hands a stream sink among its options.
 SPARK_OPTIONS = ("checkpointLocation", "queryName")
@@ -85,6 +88,7 @@ class SinkOptions:
     skip_bad_rows: bool
     batch_size: int
     fail_first_attempt_after: int | None
+    ordered: bool = False   # rows have a message_group column: chunks go one after another
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> "SinkOptions":
@@ -111,7 +115,8 @@ class SinkOptions:
             raise OptionError(f"onBadRow: expected fail or skip, got {values['onbadrow']!r}")
         batch = int(values.get("batchsize", DEFAULT_BATCH_SIZE))
         fail_after = values.get("failfirstattemptafterrows")
-        return cls(servers, topic, bad == "skip", max(1, batch), int(fail_after) if fail_after else None)
+        return cls(servers, topic, bad == "skip", max(1, batch), int(fail_after) if fail_after else None,
+                   ordered="message_group" in schema.fieldNames())
 
 
 def _check_columns(schema: StructType) -> None:
@@ -136,20 +141,10 @@ class _Progress:
 
 
 @dataclass(frozen=True)
-class _SentBatch:
-    items: list[tuple[int, Any]]            # (row position, message)
-    futures: list["asyncio.Future[Any]"]
-
-
-@dataclass(frozen=True)
 class SinkCommit(WriterCommitMessage):
     partition: int
     sent: int
     skipped: int
-
-
-class BadRowError(ValueError):
-    """A row the broker (or the sink) refuses; the message names it."""
 
 
 def is_bad_row(outcome: object) -> bool:
@@ -170,6 +165,9 @@ def _id_prefix(write_id: str, partition: int) -> str:
     return "01" + hashlib.sha256(f"{write_id}/{partition}".encode()).hexdigest()[:16].upper()
 
 
+Outcomes = list[tuple[EncodedRow, Any]]   # each row sent, with its receipt or its ClientError
+
+
 class _Writer:
     """What the batch and the stream writer share: rows -> messages -> the broker."""
 
@@ -177,55 +175,56 @@ class _Writer:
         self.options = options
 
     def write_rows(self, rows: Iterable[Mapping[str, Any]], write_id: str, partition: int, attempt: int) -> SinkCommit:
+        """Rows as dicts (tests, `bench.sink`'s path without Spark)."""
+        return self.write_chunks(chunks_of_rows(rows, self.options.batch_size), write_id, partition, attempt)
+
+    def write_batches(self, batches: Iterable[Any], write_id: str, partition: int, attempt: int) -> SinkCommit:
+        """Spark's Arrow record batches."""
+        return self.write_chunks(chunks_of_batches(batches, self.options.batch_size), write_id, partition, attempt)
+
+    def write_chunks(self, chunks: Iterable[Chunk], write_id: str, partition: int, attempt: int) -> SinkCommit:
         from spark.live_log import _LoopThread
 
-        return _LoopThread.run(self._send_all(rows, write_id, partition, attempt))
+        return _LoopThread.run(self._send_all(chunks, write_id, partition, attempt))
 
-    async def _send_all(self, rows: Iterable[Mapping[str, Any]], write_id: str, partition: int,
-                        attempt: int) -> SinkCommit:
-        """Rows -> messages, `batch_size` at a time, with up to
-        BATCHES_IN_FLIGHT batches sent and not yet answered: the producer's
-        calls stay full while the next rows are turned into messages."""
+    async def _send_all(self, chunks: Iterable[Chunk], write_id: str, partition: int, attempt: int) -> SinkCommit:
+        """Each chunk encoded and sent as one call per topic, with up to
+        CHUNKS_IN_FLIGHT chunks unanswered (one, when rows have a message
+        group: a group's order across chunks is kept by sending them one
+        after another): the calls stay full while the next rows are encoded."""
         from broker.client.producer import Producer
 
         progress = _Progress()
-        in_flight: deque[_SentBatch] = deque()
+        in_flight: deque[asyncio.Future[Outcomes]] = deque()
+        limit = 1 if self.options.ordered else CHUNKS_IN_FLIGHT
         async with Producer(self.options.servers) as producer:
+            encoder = RowEncoder(self.options.topic, _id_prefix(write_id, partition), producer.max_body_bytes,
+                                 producer.config.namespace)
             try:
-                batch: list[tuple[int, Any]] = []
-                for position, row in enumerate(rows):
-                    try:
-                        message = self._message(row, write_id, partition, position)
-                        producer.check(message)
-                    except (BadRowError, *BAD_ROW_ERRORS) as error:
-                        topic = row.get("topic") or self.options.topic
-                        progress.skipped += self._bad(topic, position, partition, error)
-                        continue
-                    batch.append((position, message))
-                    if len(batch) >= self.options.batch_size:
-                        in_flight.append(_SentBatch(batch, producer.send_many([m for _, m in batch])))
-                        batch = []
-                        while len(in_flight) >= BATCHES_IN_FLIGHT:
-                            await self._answered(in_flight.popleft(), partition, progress, attempt)
-                if batch:
-                    in_flight.append(_SentBatch(batch, producer.send_many([m for _, m in batch])))
+                for chunk in chunks:
+                    encoded, refused = encoder.encode(chunk)
+                    for row in refused:
+                        progress.skipped += self._bad(row.topic, row.position, partition, row.error)
+                    if encoded:
+                        in_flight.append(asyncio.ensure_future(_send_chunk(producer, encoded)))
+                    while len(in_flight) >= limit:
+                        self._answered(await in_flight.popleft(), partition, progress, attempt)
                 while in_flight:
-                    await self._answered(in_flight.popleft(), partition, progress, attempt)
+                    self._answered(await in_flight.popleft(), partition, progress, attempt)
             finally:
                 for sent in in_flight:  # a failure: what is still in flight is not waited for
-                    for future in sent.futures:
-                        future.cancel()
+                    sent.cancel()
+                await asyncio.gather(*in_flight, return_exceptions=True)
         return SinkCommit(partition, progress.sent, progress.skipped)
 
-    async def _answered(self, sent: "_SentBatch", partition: int, progress: "_Progress", attempt: int) -> None:
-        """Wait for one batch's receipts. A refused message (the broker's
-        4xx: bad topic, body, properties ...) is a bad row; anything else
-        (the cluster unavailable past the client's retries, an unknown
-        outcome) fails the task, whose retry sends the same message ids."""
-        results = await asyncio.gather(*sent.futures, return_exceptions=True)
-        for (position, message), result in zip(sent.items, results):
+    def _answered(self, outcomes: Outcomes, partition: int, progress: _Progress, attempt: int) -> None:
+        """One chunk's receipts. A refused message (the broker's 4xx: bad
+        topic, body, properties ...) is a bad row; anything else (the cluster
+        unavailable past the client's retries, an unknown outcome) fails the
+        task, whose retry sends the same message ids."""
+        for row, result in outcomes:
             if is_bad_row(result):
-                progress.skipped += self._bad(message.topic, position, partition, result)
+                progress.skipped += self._bad(row.topic, row.position, partition, result)
             elif isinstance(result, BaseException):
                 raise result
             else:
@@ -242,25 +241,41 @@ class _Writer:
         log.warning("skipped %s", text)
         return 1
 
-    def _message(self, row: Mapping[str, Any], write_id: str, partition: int, position: int) -> Message:
-        body = row.get("body")
-        if body is None:
-            raise BadRowError("no body")
-        if isinstance(body, str):
-            body = body.encode("utf-8")
-        topic = row.get("topic") or self.options.topic
-        if not topic:
-            raise BadRowError("no topic (neither a topic column value nor the topic option)")
-        keys = row.get("keys")
-        keys = [k for k in keys.split(" ") if k] if isinstance(keys, str) else list(keys or ())
-        delivery = row.get("delivery_timestamp")
-        if isinstance(delivery, int):
-            delivery = datetime.datetime.fromtimestamp(delivery / 1000, datetime.timezone.utc)
-        elif isinstance(delivery, datetime.datetime) and delivery.tzinfo is None:
-            delivery = delivery.astimezone(datetime.timezone.utc)  # Spark hands back local naive times
-        return Message(topic=topic, body=bytes(body), tag=row.get("tags"), keys=keys,
-                       properties=dict(row.get("properties") or {}), message_group=row.get("message_group"),
-                       delivery_time=delivery, message_id=message_id(write_id, partition, position))
+
+async def _send_chunk(producer: Any, rows: list[EncodedRow]) -> Outcomes:
+    """A chunk's rows in one SendMessage call per topic (more, past the
+    producer's call limits), straight to the producer's send_call: its
+    routing, retries with the same ids and leader following, without the
+    accumulator's future per message (the chunk is already a batch)."""
+    by_topic: dict[str, list[EncodedRow]] = {}
+    for row in rows:
+        by_topic.setdefault(row.topic, []).append(row)
+    limits = producer.accumulator
+    calls = [part for same_topic in by_topic.values()
+             for part in _calls(same_topic, limits.max_messages, limits.max_bytes)]
+    answers = await asyncio.gather(*(_call(producer, part) for part in calls))
+    return [outcome for answer in answers for outcome in answer]
+
+
+def _calls(rows: list[EncodedRow], max_messages: int, max_bytes: int) -> Iterator[list[EncodedRow]]:
+    part: list[EncodedRow] = []
+    size = 0
+    for row in rows:
+        if part and (len(part) == max_messages or size + len(row.wire.body) > max_bytes):
+            yield part
+            part, size = [], 0
+        part.append(row)
+        size += len(row.wire.body)
+    if part:
+        yield part
+
+
+async def _call(producer: Any, rows: list[EncodedRow]) -> Outcomes:
+    try:
+        results: list[Any] = await producer.send_call(rows[0].topic, [row.wire for row in rows])
+    except ClientError as error:
+        results = [error] * len(rows)
+    return list(zip(rows, results))
 
 
 def _task() -> tuple[int, int]:
@@ -270,16 +285,6 @@ def _task() -> tuple[int, int]:
     return (context.partitionId(), context.attemptNumber()) if context else (0, 0)
 
 
-def rows_of(batches: Iterable[Any]) -> Iterator[dict[str, Any]]:
-    """The rows of Spark's Arrow batches as dicts, built a column at a time
-    (pyarrow's to_pylist, in C): cheaper than the Row objects PySpark makes
-    for a row writer, each value through a converter."""
-    for batch in batches:
-        names = batch.schema.names
-        for values in zip(*(column.to_pylist() for column in batch.columns)):
-            yield dict(zip(names, values))
-
-
 class DLedgerBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: SinkOptions) -> None:
         self.writer = _Writer(options)
@@ -287,7 +292,7 @@ class DLedgerBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[Any]) -> SinkCommit:
         partition, attempt = _task()
-        return self.writer.write_rows(rows_of(iterator), self.write_id, partition, attempt)
+        return self.writer.write_batches(iterator, self.write_id, partition, attempt)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         _log_totals(messages)
@@ -308,7 +313,7 @@ class DLedgerStreamWriter(DataSourceStreamArrowWriter):
         if not query or batch is None:
             raise RuntimeError("the dledger stream sink needs Spark's streaming query and batch ids")
         partition, attempt = _task()
-        return self.writer.write_rows(rows_of(iterator), f"{query}/{batch}", partition, attempt)
+        return self.writer.write_batches(iterator, f"{query}/{batch}", partition, attempt)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         _log_totals(messages)

@@ -66,6 +66,15 @@ MIN_SHARE_MESSAGES = 16
 _ids = MessageIdGenerator()
 
 
+def check_body(body: bytes, max_body_bytes: int) -> None:
+    """What the official clients check of a body before sending it."""
+    if not body:
+        raise BadRequestError(pb.MESSAGE_BODY_EMPTY, "the message body is empty")
+    if len(body) > max_body_bytes:
+        raise PayloadTooLargeError(pb.MESSAGE_BODY_TOO_LARGE, f"the body is {len(body)} bytes; the "
+                                                              f"broker takes at most {max_body_bytes}")
+
+
 class Producer(BaseClient):
     client_type = pb.PRODUCER
 
@@ -188,11 +197,7 @@ class Producer(BaseClient):
 
     def check(self, message: Message) -> None:
         """What the official clients check before sending; the broker checks the rest."""
-        if not message.body:
-            raise BadRequestError(pb.MESSAGE_BODY_EMPTY, "the message body is empty")
-        if len(message.body) > self.max_body_bytes:
-            raise PayloadTooLargeError(pb.MESSAGE_BODY_TOO_LARGE, f"the body is {len(message.body)} bytes; the "
-                                                                  f"broker takes at most {self.max_body_bytes}")
+        check_body(message.body, self.max_body_bytes)
 
     async def _send_alone(self, pending: PendingSend) -> None:
         try:
