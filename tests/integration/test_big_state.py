@@ -35,26 +35,28 @@ def cluster(tmp_path):
     c.stop_all()
 
 
-async def terms(cluster: ProcessCluster) -> dict[str, tuple[int, str]]:
-    """Each node's (term, leader) as it reports them."""
+async def terms(cluster: ProcessCluster) -> dict[str, tuple[int, str] | None]:
+    """Each node's (term, leader) as it reports them; None: it did not answer
+    within the client's probe timeout."""
     async with DLedgerClient(list(cluster.addresses.values())) as client:
-        found = {}
+        found: dict[str, tuple[int, str] | None] = {}
         for node, address in cluster.addresses.items():
             meta = await client.metadata(address)
-            assert meta is not None, f"{node} does not answer"
-            found[node] = (meta.term, meta.leader_id)
+            found[node] = (meta.term, meta.leader_id) if meta is not None else None
         return found
 
 
 async def agreed_terms(cluster: ProcessCluster, leader: str, timeout_s: float = 10.0) -> dict[str, tuple[int, str]]:
-    """terms() once every node knows the leader (a follower that has not had
-    its first heartbeat yet reports term 0 and no leader)."""
+    """terms() once every node answers and knows the leader (a follower that
+    has not had its first heartbeat yet reports term 0 and no leader; a node
+    just started on a busy machine may miss a probe's timeout)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    while len(set((found := await terms(cluster)).values())) != 1 or found[leader][1] != leader:
+    while len(set((found := await terms(cluster)).values())) != 1 or found[leader] is None \
+            or found[leader][1] != leader:
         assert loop.time() < deadline, f"the nodes do not agree on a leader: {found}"
         await asyncio.sleep(0.2)
-    return found
+    return found  # type: ignore[return-value]
 
 
 async def test_a_hundred_thousand_pending_timers_do_not_cost_the_leader_its_term(cluster):
@@ -78,7 +80,7 @@ async def test_a_hundred_thousand_pending_timers_do_not_cost_the_leader_its_term
     while (saved := saved_counts(cluster)) != {node: TIMERS for node in cluster.addresses} \
             and loop.time() < deadline:
         await asyncio.sleep(1.0)
-    after = await terms(cluster)
+    after = await agreed_terms(cluster, leader)   # waits out a missed probe, not a leader change
     assert cluster.exited() == {}
     assert after == before == {node: (before[leader][0], leader) for node in cluster.addresses}, \
         f"leadership moved while timers piled up: {before} -> {after}"

@@ -300,11 +300,24 @@ async def test_a_leader_that_cannot_write_its_first_entry_steps_down_and_another
     real_check_disk = full.store.check_disk
     full.store.check_disk = lambda: None  # type: ignore[method-assign]
     healthy = next(n for n in cluster.servers if n not in (leader, full.config.self_id))
+    # The healthy one holds back so the full one wins first: it does not
+    # campaign until released. (A vote time of infinity was not enough: granting
+    # the full one's pre-vote restarts the healthy one's election timer, and on a
+    # busy machine that timer ran out before the full one's real vote, so the
+    # healthy one led term 2 and the full one never tried.)
+    released = asyncio.Event()
+    held = cluster.servers[healthy].elector
+    real_campaign = held.campaign
+
+    async def campaign_once_released() -> None:
+        await released.wait()
+        await real_campaign()
+
+    held.campaign = campaign_once_released  # type: ignore[method-assign]
     cluster.network.isolate(leader)
-    # Both lose the leader; the healthy one holds back so the full one wins first.
-    for node, vote_at in ((cluster.servers[healthy], float("inf")), (full, 0.0)):
+    for node in (cluster.servers[healthy], full):   # both lose the leader
         node.member_state.change_to_candidate()
-        node.elector.next_vote_at = vote_at
+        node.elector.next_vote_at = 0.0
         node.elector.wakeup.set()
     try:
         loop = asyncio.get_running_loop()
@@ -314,8 +327,10 @@ async def test_a_leader_that_cannot_write_its_first_entry_steps_down_and_another
                    and not full.member_state.is_leader):
             assert loop.time() < deadline, cluster.describe()
             await asyncio.sleep(0.02)
-        cluster.servers[healthy].elector.next_vote_at = 0.0
-        cluster.servers[healthy].elector.wakeup.set()
+        held.campaign = real_campaign  # type: ignore[method-assign]
+        released.set()
+        held.next_vote_at = 0.0
+        held.wakeup.set()
         while not cluster.servers[healthy].member_state.is_leader:
             assert loop.time() < deadline, cluster.describe()
             await asyncio.sleep(0.02)
@@ -331,6 +346,8 @@ async def test_a_leader_that_cannot_write_its_first_entry_steps_down_and_another
             raise AssertionError(f"never committed after the heal: {cluster.describe()}")
         assert not full.member_state.is_leader
     finally:
+        released.set()
+        held.campaign = real_campaign  # type: ignore[method-assign]
         full.store.append_as_leader = real_append  # type: ignore[method-assign]
         full.store.check_disk = real_check_disk  # type: ignore[method-assign]
 
