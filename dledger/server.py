@@ -600,21 +600,23 @@ class DLedgerServer:
         if self.config.scrub_bytes_per_s <= 0:
             return
         chunk = max(64 << 10, self.config.scrub_bytes_per_s // 8)
-        cursor = -1
+        cursor, pass_end = -1, -1
         pass_started = float("-inf")
         while True:
             await asyncio.sleep(chunk / self.config.scrub_bytes_per_s)
             store = self.store
-            limit = min(self.member_state.committed_index, store.flushed_index, store.ledger_end_index)
-            if cursor < store.ledger_begin_index or cursor > limit:
+            if cursor < store.ledger_begin_index or cursor > min(pass_end, self._scrub_limit()):
                 # A new pass, once the last one is old enough: a small log is
-                # not re-read back to back.
+                # not re-read back to back. It covers what is committed when
+                # it starts: entries written since were checked on the way in,
+                # and a pass that chased a growing log would never end (nor
+                # come back to the oldest entries) under writes faster than it.
                 wait = pass_started + self.config.scrub_pass_interval_s - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
                 pass_started = time.monotonic()
-                cursor = store.ledger_begin_index
-                if cursor > limit:
+                cursor, pass_end = store.ledger_begin_index, self._scrub_limit()
+                if cursor > pass_end:
                     continue
             try:
                 cursor, damaged = store.find_damage(cursor, chunk)
@@ -627,6 +629,11 @@ class DLedgerServer:
             if damaged >= 0:
                 self.repair_damage(damaged)
                 cursor = -1
+
+    def _scrub_limit(self) -> int:
+        """The last entry the scrubber may check: committed and on disk."""
+        store = self.store
+        return min(self.member_state.committed_index, store.flushed_index, store.ledger_end_index)
 
     def repair_damage(self, index: int) -> None:
         """A committed entry failed its check while running: cut the log there
