@@ -96,6 +96,36 @@ async def test_a_damaged_committed_entry_found_while_running_is_repaired_from_th
     assert cluster.log_of(victim) == cluster.log_of(leader)
 
 
+async def test_a_scrub_pass_ends_at_what_was_committed_when_it_began_under_faster_writes(tmp_path):
+    """A pass that chased the log's growing end never ended while writes
+    outran it, so the oldest entries were never checked again. Here the
+    scrubber checks one entry a tick (8 a second) while 40 a second are
+    written: a pass must still end and the next start again from the log's begin."""
+    c = Cluster(str(tmp_path), scrub_bytes_per_s=512 << 10, scrub_pass_interval_s=0.3)
+    await c.start()
+    try:
+        leader = await c.wait_leader()
+        follower = c.servers[next(n for n in c.servers if n != leader)]
+        starts: list[int] = []
+        real = follower.store.find_damage
+
+        def one_entry_a_tick(start_index: int, max_bytes: int) -> tuple[int, int]:
+            starts.append(start_index)
+            return real(start_index, 1)
+
+        follower.store.find_damage = one_entry_a_tick  # type: ignore[method-assign]
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 3.0
+        while loop.time() < until:
+            await c.servers[leader].append([b"w"])
+            await asyncio.sleep(0.025)
+        begin = follower.store.ledger_begin_index
+        passes = sum(1 for before, now in zip(starts, starts[1:]) if now == begin and before > begin)
+        assert passes >= 1, f"the scrubber's pass never came back to the log's begin: {starts}"
+    finally:
+        await c.stop()
+
+
 async def test_a_repairing_follower_does_not_count_toward_the_quorum(cluster: Cluster):
     leader = await cluster.wait_leader()
     server = cluster.servers[leader]
