@@ -66,6 +66,32 @@ def test_bad_rows_fail_with_their_topic_and_index_or_are_skipped(servers):
         _Writer(SinkOptions.parse({"servers": servers}, schema)).write_rows(illegal, "bad-3", 0, 0)
 
 
+def test_a_message_groups_rows_land_in_row_order_across_chunks(servers):
+    """Rows with a message group are sent as FIFO messages, one chunk at a time
+    (spark/sink.py: a retried chunk cannot then land behind the next one): each
+    group stays on one queue, in the partition's row order across 22 chunks."""
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from broker.client import AdminClient
+
+    async def fifo_topic() -> None:
+        async with AdminClient(servers.split(",")) as admin:
+            await admin.create_topic("SinkFifo", 4, "fifo")
+    run(fifo_topic())
+    schema = StructType([StructField("body", BinaryType()), StructField("message_group", StringType())])
+    options = SinkOptions.parse({"servers": servers, "topic": "SinkFifo", "batchSize": "7"}, schema)
+    assert options.ordered
+    rows = [{"body": b"fifo-%03d" % i, "message_group": "g%d" % (i % 2)} for i in range(150)]
+    commit = _Writer(options).write_rows(rows, "fifo-1", 0, 0)
+    assert (commit.sent, commit.skipped) == (150, 0)
+    stored = topic_rows(servers, "SinkFifo")
+    for group in ("g0", "g1"):
+        mine = [r for r in stored if r["body"].startswith(b"fifo-") and int(r["body"][5:]) % 2 == int(group[1])]
+        assert len({r["queue_id"] for r in mine}) == 1   # a group stays on one queue
+        in_queue_order = [r["body"] for r in sorted(mine, key=lambda r: r["queue_offset"])]
+        assert in_queue_order == [row["body"] for row in rows if row["message_group"] == group]
+
+
 def test_spark_writes_rows_that_land_exactly_once(spark_session, servers):
     df = spark_session.range(10_000).selectExpr("concat('spark-', id) AS body", "'t' || (id % 3) AS tags",
                                                  "array('k' || id) AS keys", "map('source', 'spark') AS properties")
