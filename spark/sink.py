@@ -40,8 +40,6 @@ are sent).
 from __future__ import annotations
 
 import asyncio
-import functools
-import hashlib
 import logging
 import uuid
 from collections import deque
@@ -52,10 +50,11 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (ArrayType, BinaryType, LongType, MapType, StringType, StructType, TimestampType)
 
-from broker.client.errors import BadRequestError, ClientError, NotFoundError, PayloadTooLargeError
+from broker.client.errors import BadRequestError, NotFoundError, PayloadTooLargeError
 from dledger.client import parse_servers
 from spark.options import OptionError
-from spark.sink_rows import BadRowError, Chunk, EncodedRow, RowEncoder, chunks_of_batches, chunks_of_rows
+from spark.sink_rows import (BadRowError, Chunk, EncodedRow, RowEncoder, chunks_of_batches, chunks_of_rows,
+                             id_prefix, message_id)
 
 __all__ = ["BadRowError", "DLedgerBatchWriter", "DLedgerStreamWriter", "SinkCommit", "SinkOptions", "is_bad_row",
            "message_id"]
@@ -153,18 +152,6 @@ def is_bad_row(outcome: object) -> bool:
     return isinstance(outcome, BAD_ROW_ERRORS)
 
 
-def message_id(write_id: str, partition: int, row: int) -> str:
-    """The RocketMQ 5 id of a row: 01 + 32 hex digits, 16 from a hash of the
-    write and partition, 16 of the row's position in it: the same for every
-    attempt of a task, different for every row (one hash per task, not per row)."""
-    return f"{_id_prefix(write_id, partition)}{row:016X}"
-
-
-@functools.lru_cache(maxsize=256)
-def _id_prefix(write_id: str, partition: int) -> str:
-    return "01" + hashlib.sha256(f"{write_id}/{partition}".encode()).hexdigest()[:16].upper()
-
-
 Outcomes = list[tuple[EncodedRow, Any]]   # each row sent, with its receipt or its ClientError
 
 
@@ -198,7 +185,7 @@ class _Writer:
         in_flight: deque[asyncio.Future[Outcomes]] = deque()
         limit = 1 if self.options.ordered else CHUNKS_IN_FLIGHT
         async with Producer(self.options.servers) as producer:
-            encoder = RowEncoder(self.options.topic, _id_prefix(write_id, partition), producer.max_body_bytes,
+            encoder = RowEncoder(self.options.topic, id_prefix(write_id, partition), producer.max_body_bytes,
                                  producer.config.namespace)
             try:
                 for chunk in chunks:
@@ -243,39 +230,15 @@ class _Writer:
 
 
 async def _send_chunk(producer: Any, rows: list[EncodedRow]) -> Outcomes:
-    """A chunk's rows in one SendMessage call per topic (more, past the
-    producer's call limits), straight to the producer's send_call: its
-    routing, retries with the same ids and leader following, without the
-    accumulator's future per message (the chunk is already a batch)."""
+    """A chunk's rows, a topic at a time, through the producer's send_prepared:
+    its routing, call limits, retries with the same ids and leader following,
+    without the accumulator's future per message (the chunk is already a batch)."""
     by_topic: dict[str, list[EncodedRow]] = {}
     for row in rows:
         by_topic.setdefault(row.topic, []).append(row)
-    limits = producer.accumulator
-    calls = [part for same_topic in by_topic.values()
-             for part in _calls(same_topic, limits.max_messages, limits.max_bytes)]
-    answers = await asyncio.gather(*(_call(producer, part) for part in calls))
-    return [outcome for answer in answers for outcome in answer]
-
-
-def _calls(rows: list[EncodedRow], max_messages: int, max_bytes: int) -> Iterator[list[EncodedRow]]:
-    part: list[EncodedRow] = []
-    size = 0
-    for row in rows:
-        if part and (len(part) == max_messages or size + len(row.wire.body) > max_bytes):
-            yield part
-            part, size = [], 0
-        part.append(row)
-        size += len(row.wire.body)
-    if part:
-        yield part
-
-
-async def _call(producer: Any, rows: list[EncodedRow]) -> Outcomes:
-    try:
-        results: list[Any] = await producer.send_call(rows[0].topic, [row.wire for row in rows])
-    except ClientError as error:
-        results = [error] * len(rows)
-    return list(zip(rows, results))
+    answers = await asyncio.gather(*(producer.send_prepared(topic, [row.wire for row in same_topic])
+                                     for topic, same_topic in by_topic.items()))
+    return [outcome for same_topic, answer in zip(by_topic.values(), answers) for outcome in zip(same_topic, answer)]
 
 
 def _task() -> tuple[int, int]:

@@ -211,6 +211,29 @@ class Producer(BaseClient):
         else:
             pending.future.set_result(result)
 
+    async def send_prepared(self, topic: str, messages: list[pb.Message]) -> list[SendReceipt | ClientError]:
+        """Messages of one topic already in their protocol form (a bulk writer
+        that encodes them itself: spark/sink_rows.py), sent in as few calls as
+        the batch limits allow, concurrently, without a future per message;
+        each message's receipt or error, in order."""
+        parts: list[list[pb.Message]] = [[]]
+        size = 0
+        for message in messages:
+            part = parts[-1]
+            if part and (len(part) == self.max_batch_messages or size + len(message.body) > self.max_batch_bytes):
+                parts.append(part := [])
+                size = 0
+            part.append(message)
+            size += len(message.body)
+        answers = await asyncio.gather(*(self._outcomes(topic, part) for part in parts if part))
+        return [outcome for answer in answers for outcome in answer]
+
+    async def _outcomes(self, topic: str, messages: list[pb.Message]) -> list[SendReceipt | ClientError]:
+        try:
+            return await self.send_call(topic, messages)
+        except ClientError as error:   # the route lookup failed: every message shares it
+            return [error] * len(messages)
+
     async def send_call(self, topic: str, messages: list[pb.Message]) -> list[SendReceipt | ClientError]:
         """Send one call's messages: to the leader of the one group, or over
         the topic's groups (see the module docstring)."""

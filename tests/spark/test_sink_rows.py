@@ -12,10 +12,9 @@ import pytest
 
 from broker.client.errors import BadRequestError, PayloadTooLargeError
 from broker.client.message import Message, to_protocol
-from spark.sink import _id_prefix, message_id
-from spark.sink_rows import BadRowError, RowEncoder, chunks_of_batches, chunks_of_rows
+from spark.sink_rows import BadRowError, RowEncoder, chunks_of_batches, chunks_of_rows, id_prefix, message_id
 
-PREFIX = _id_prefix("write-1", 3)
+PREFIX = id_prefix("write-1", 3)
 NOW = datetime.datetime(2026, 11, 27, 12, 0, tzinfo=datetime.timezone.utc)
 
 

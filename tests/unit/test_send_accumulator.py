@@ -156,3 +156,28 @@ async def test_concurrent_batches_still_spread_over_the_free_calls():
     assert len(broker.in_flight) == 4
     await release(broker, accumulator)
     assert [len(bodies) for _, bodies in broker.calls] == [256, 256, 256, 256]
+
+
+async def test_prepared_messages_are_split_at_the_producers_call_limits_and_answered_in_order():
+    """Producer.send_prepared (a bulk writer's path, without the accumulator):
+    calls of at most max_batch_messages and max_batch_bytes, sent together,
+    each message's outcome in the order given; a call that fails outright
+    (its route lookup) fails only its own messages."""
+    from broker.client.producer import Producer
+
+    broker = InMemoryBroker()
+    broker.gate.set()
+    producer = Producer("127.0.0.1:1", max_batch_messages=3, max_batch_bytes=10)
+
+    async def send_call(topic: str, messages: list[pb.Message]) -> list[SendReceipt | ClientError]:
+        if b"boom" in [m.body for m in messages]:
+            raise UnavailableError(pb.HA_NOT_AVAILABLE, "no route")
+        return await broker.send(topic, messages)
+
+    producer.send_call = send_call  # type: ignore[method-assign]
+    bodies = ["a", "b", "c", "d", "eeeeeeee", "f", "g", "boom", "h"]
+    outcomes = await producer.send_prepared("T", [pending("T", b).message for b in bodies])
+    # 3 messages a call at most; 10 bytes a call at most (d + eeeeeeee + f is 10, g would be 11).
+    assert [c[1] for c in broker.calls] == [["a", "b", "c"], ["d", "eeeeeeee", "f"]]
+    assert [o.message_id if isinstance(o, SendReceipt) else "failed" for o in outcomes] == \
+        ["a", "b", "c", "d", "eeeeeeee", "f", "failed", "failed", "failed"]
