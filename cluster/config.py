@@ -75,6 +75,10 @@ TUNING_FLAGS: list[tuple[str, str, str, str]] = [
      "where clients should connect to each node, when that differs from --peers (docker, proxies)"),
     ("--peer-routes", "peer_routes", "HOST:PORT=HOST:PORT,...",
      "dial the second address to reach the first (a peer behind a proxy); the chaos harness uses it"),
+    ("--peer-link", "peer_link_enabled", "true|false",
+     "serve leaders' pushes on a TCP link of their own (default true; false: on the gRPC port's stream)"),
+    ("--peer-link-port", "peer_link_port", "PORT",
+     "the peer link's port (default 0: any free port, told to leaders in heartbeat answers)"),
     ("--listen-address", "listen_address", "HOST:PORT",
      "where the gRPC port binds, when not this node's peer address (0.0.0.0:PORT in a container)"),
     # Security (README, "Security").

@@ -171,6 +171,23 @@ class ForwardingCollector(Collector):
             yield family
 
 
+class PeerPathCollector(Collector):
+    """The pushes and heartbeats this node sent as leader, by the path they
+    took: its peer links, PeerStream (a peer that offers no link, or whose
+    link cannot be dialed), unary calls (a peer of an older version)."""
+
+    def __init__(self, counts: dict[str, int], group: str, self_id: str) -> None:
+        self._counts = counts
+        self._labels = [group, self_id]
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily("dledger_peer_requests", "Pushes and heartbeats sent to peers, by path",
+                                     labels=["group", "self_id", "path"])
+        for path, value in sorted(self._counts.items()):
+            family.add_metric(self._labels + [path], value)
+        yield family
+
+
 class NodeMetrics:
     """One node's registry, observer and (optionally) HTTP endpoint.
 
@@ -208,6 +225,10 @@ class NodeMetrics:
     def bind(self, status: Callable[[], NodeStatus],
              loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.registry.register(StatusCollector(status, self.group, self.self_id, loop))
+
+    def bind_peer_paths(self, counts: dict[str, int]) -> None:
+        """`counts`: the transport's live dict, path -> requests sent."""
+        self.registry.register(PeerPathCollector(counts, self.group, self.self_id))
 
     def bind_forwarding(self, counts: Callable[[], tuple[int, int, int]]) -> None:
         self.registry.register(ForwardingCollector(counts, self.group, self.self_id))

@@ -35,6 +35,7 @@ from dledger.tasks import set_crash_handler
 from dledger.config import DLedgerConfig
 from dledger.rpc import tls
 from dledger.rpc.peer_client import GrpcTransport
+from dledger.rpc.peer_link import PeerLinkServer, server_context
 from dledger.rpc.service import DLedgerServicer, add_dledger_service
 from dledger.server import DLedgerServer
 from rpcgen import dledger_pb2 as pb
@@ -114,6 +115,8 @@ class Node:
         self.grpc_server: grpc.aio.Server | None = None
         # With mutual TLS: the members-only port (the peer address).
         self.peer_server: grpc.aio.Server | None = None
+        # Leaders' pushes on a TCP link of their own (dledger/rpc/peer_link.py).
+        self.peer_links: PeerLinkServer | None = None
         # With front ends (BrokerConfig.front_ends): this node's, open while it does not lead.
         self.front_end: FrontEnd | None = None
         self.tls = tls.PLAINTEXT
@@ -134,9 +137,11 @@ class Node:
         auth = self._auth_settings()
         signing = (auth.super_user, auth.super_secret) if auth.enabled else None
         self.transport = GrpcTransport(config, self.tls, signing)
+        self.metrics.bind_peer_paths(self.transport.requests_by_path)
         self.server = DLedgerServer(config, self.transport, observer=self.metrics.observer)
         servicer = DLedgerServicer(self.server, os.getpid(), config.metrics_address)
         self._build_servers(servicer, auth)
+        await self._start_peer_links(auth)
         try:
             await self.server.start()
         except CorruptLogError as error:
@@ -179,11 +184,12 @@ class Node:
         for service in HEALTH_SERVICES:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         log.info("node started: group=%s address=%s listen=%s peers=%s metrics=%s data_dir=%s flush=%s tls=%s "
-                 "loop=%s pid=%d", config.group, config.self_peer.address, config.bind_address,
+                 "loop=%s peer_link=%s pid=%d", config.group, config.self_peer.address, config.bind_address,
                  ",".join(f"{p.id}={p.address}" for p in config.peers),
                  config.metrics_address or "-", config.data_dir, config.flush_mode.value,
                  ("mutual, clients on " + config.client_bind_address) if config.mutual_tls
-                 else "on" if self.tls.enabled else "off", loop_name(), os.getpid())
+                 else "on" if self.tls.enabled else "off", loop_name(),
+                 self.server.peer_link_port if self.peer_links is not None else "off", os.getpid())
         freeze_start_up_objects()
 
     def _add_relay(self, messaging: MessagingServicer) -> None:
@@ -236,6 +242,24 @@ class Node:
             self._bind(self.grpc_server, config.client_bind_address)
         else:
             self._bind(self.grpc_server, config.bind_address)
+
+    async def _start_peer_links(self, auth: AuthSettings) -> None:
+        """The peer link's port, on the host the gRPC port binds (before the
+        log opens, as the gRPC ports are: a clash fails the start early)."""
+        config = self.config
+        if not config.peer_link_enabled:
+            return
+        assert self.server is not None
+        context = (server_context(config.tls_cert_file, config.tls_key_file, config.peer_tls_ca_file)
+                   if config.mutual_tls else None)
+        self.peer_links = PeerLinkServer(self.server, (auth.super_user, auth.super_secret) if auth.enabled else None,
+                                         context)
+        host = config.bind_address.rpartition(":")[0].strip("[]")
+        try:
+            self.server.peer_link_port = await self.peer_links.start(host, config.peer_link_port)
+        except OSError as error:
+            raise NodeStartError(f"cannot listen for peer links on {host}:{config.peer_link_port}: "
+                                 f"{error.strerror}") from None
 
     async def _start_front_end(self, settings: BrokerConfig) -> None:
         address = settings.front_end_of(self.config.self_id)
@@ -311,6 +335,8 @@ class Node:
         if self.front_end is not None:
             await self.front_end.stop(self.grace_s)
         await asyncio.gather(*(server.stop(self.grace_s) for server in self._servers))
+        if self.peer_links is not None:
+            await self.peer_links.stop()
         if self.broker is not None:
             await self.broker.stop()
         if self.store is not None:

@@ -124,6 +124,11 @@ class ProcessCluster:
         # With `metrics`: every node's metrics port, as `dledger cluster up`
         # gives one (the console, /metrics and the raw reads Spark uses).
         self.metrics_ports = dict(zip(self.ids, free_ports(size))) if metrics else {}
+        # Each address peers may dial gets a peer link port of its own
+        # (--peer-link-port), so that a fault network can put a proxy in
+        # front of the link as well (FaultNetwork's `link_of`).
+        dialed = [a for addresses in self.peer_slots.values() for a in addresses]
+        self.link_addresses = {a: f"127.0.0.1:{p}" for a, p in zip(dialed, free_ports(len(dialed)))}
         self.base = base
         self.log_dir = log_dir or base
         # Node files sized for tests and tools: the default 1 GiB data segments
@@ -226,6 +231,7 @@ class ProcessCluster:
                 routing.append("--join")
             if node_id in self.metrics_ports:
                 routing += ["--metrics-port", str(self.metrics_ports[node_id])]
+            routing += ["--peer-link-port", self.link_port(self.peer_addresses[node_id])]
             log = open(self.log_dir / f"{node_id}.log", "ab")
             env = dict(os.environ, PYTHONPATH=str(ROOT))
             env[failpoints.ENV_DIR] = str(self.failpoints_dir(node_id))
@@ -236,6 +242,11 @@ class ProcessCluster:
                  "--exit-with-parent", str(os.getpid())],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
             log.close()
+
+    def link_port(self, peer_address: str) -> str:
+        if peer_address not in self.link_addresses:
+            self.link_addresses[peer_address] = f"127.0.0.1:{free_ports(1)[0]}"
+        return self.link_addresses[peer_address].rpartition(":")[2]
 
     def tls_args(self, node: str) -> list[str]:
         if self.tls_dir is None:

@@ -189,6 +189,13 @@ class DLedgerConfig:
     # addresses in --peers and configuration entries carry one address per
     # member (dledger/membership.py).
     peer_routes: tuple[tuple[str, str], ...] = ()
+    # The peer link (dledger/rpc/peer_link.py): pushes and heartbeats from a
+    # leader on a TCP connection of their own rather than a gRPC stream,
+    # served on the host of the gRPC bind address at `peer_link_port` (0: a
+    # free port the OS picks; heartbeat answers tell the leader which).
+    # Leaders dial it through peer_routes like any peer address.
+    peer_link_enabled: bool = True
+    peer_link_port: int = 0
     # ---- served on the side, reported in Metadata
     metrics_address: str = ""
     # ---- membership (dledger/membership.py). `peers` is the configuration
@@ -294,6 +301,8 @@ class DLedgerConfig:
         if self.mutual_tls and self.client_bind_address == self.bind_address:
             raise ValueError("mutual TLS between peers needs a separate client port: give advertised_addresses "
                              "(where clients reach each node) and, if needed, client_listen_address")
+        if self.peer_link_port >= 65536:
+            raise ValueError(f"peer_link_port {self.peer_link_port}: expected 0 (any free port) or 1..65535")
         if self.auth_enabled and not self.auth_super_secret_file:
             raise ValueError("auth_enabled needs auth_super_secret_file (the first super user's secret)")
         unknown = {p.id for p in self.advertised_addresses} - set(self.peer_ids)

@@ -81,6 +81,9 @@ class DLedgerServer:
         self.leadership_vetoes: list[Callable[[], str]] = []
         self.loop_lag = LoopLagMonitor()
         self.cpu_contention = CpuContention()
+        # The port of this node's peer link (dledger/rpc/peer_link.py), told
+        # to the leader in every heartbeat answer; 0: none.
+        self.peer_link_port = 0
         self._end_at_last_verdict = -1   # the log's end when the pacer last asked (_replays_should_yield)
         self.read_pacer = ReadPacer(self._replays_should_yield, config.replay_floor_bytes_per_s,
                                     enabled=config.replay_yield_wait_share > 0 and self.cpu_contention.available)
@@ -326,6 +329,7 @@ class DLedgerServer:
         self._check_cluster(request.cluster_id)
         response = elector.handle_heartbeat(request)
         self.member_state.learn_cluster(request.cluster_id, request.committed_index)
+        response.peer_link_port = self.peer_link_port
         return response
 
     async def handle_push(self, request: pb.PushEntryRequest) -> pb.PushEntryResponse:

@@ -137,10 +137,12 @@ class HeartBeatRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., committed_index: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class HeartBeatResponse(_message.Message):
-    __slots__ = ("header",)
+    __slots__ = ("header", "peer_link_port")
     HEADER_FIELD_NUMBER: _ClassVar[int]
+    PEER_LINK_PORT_FIELD_NUMBER: _ClassVar[int]
     header: Header
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ...) -> None: ...
+    peer_link_port: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., peer_link_port: _Optional[int] = ...) -> None: ...
 
 class PushEntryRequest(_message.Message):
     __slots__ = ("header", "type", "index", "index_term", "committed_index", "entries", "entry_count", "reset", "reset_pos", "reset_chain_crc", "cluster_id", "membership", "membership_index")
@@ -215,6 +217,34 @@ class PeerStreamResponse(_message.Message):
     push: PushEntryResponse
     heartbeat: HeartBeatResponse
     def __init__(self, id: _Optional[int] = ..., push: _Optional[_Union[PushEntryResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartBeatResponse, _Mapping]] = ...) -> None: ...
+
+class PeerLinkChallenge(_message.Message):
+    __slots__ = ("nonce", "group", "node_id")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    nonce: bytes
+    group: str
+    node_id: str
+    def __init__(self, nonce: _Optional[bytes] = ..., group: _Optional[str] = ..., node_id: _Optional[str] = ...) -> None: ...
+
+class PeerLinkHello(_message.Message):
+    __slots__ = ("group", "sender_id", "user", "proof")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SENDER_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    sender_id: str
+    user: str
+    proof: bytes
+    def __init__(self, group: _Optional[str] = ..., sender_id: _Optional[str] = ..., user: _Optional[str] = ..., proof: _Optional[bytes] = ...) -> None: ...
+
+class PeerLinkWelcome(_message.Message):
+    __slots__ = ("refused",)
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    refused: str
+    def __init__(self, refused: _Optional[str] = ...) -> None: ...
 
 class LeadershipTransferRequest(_message.Message):
     __slots__ = ("header", "transferee_id", "take_leadership_ledger_index", "from_leader")

@@ -10,6 +10,11 @@ round trip with the other).
 
 Faults are counted, so that two overlapping faults that both drop A->B heal
 independently: the bytes flow again only once neither drops them.
+
+A node serves peers on two ports: gRPC and its peer link (leaders' pushes
+and heartbeats, dledger/rpc/peer_link.py). With `link_of` (each gRPC address
+-> the link address of the node that listens there) every ordered pair gets
+a second proxy in front of the link, and a fault acts on both.
 """
 from __future__ import annotations
 
@@ -21,19 +26,27 @@ from cluster.chaos.proxy import LinkProxy, LinkState
 
 
 class FaultNetwork:
-    def __init__(self, addresses: dict[str, str]) -> None:
-        """`addresses`: each node's real (listening) address."""
+    def __init__(self, addresses: dict[str, str], link_of: dict[str, str] | None = None) -> None:
+        """`addresses`: each node's real (listening) address; `link_of`: the
+        peer link's address for each address a node may listen on."""
         self.addresses = dict(addresses)
+        self.link_of = dict(link_of or {})
         self.links = {(a, b): LinkProxy(a, b, addresses[b]) for a, b in permutations(addresses, 2)}
+        self.peer_link_proxies = {(a, b): LinkProxy(a, b, self.link_of[addresses[b]])
+                                  for a, b in permutations(addresses, 2) if addresses[b] in self.link_of}
         self._drops: Counter[tuple[str, str]] = Counter()
         self._delays: dict[tuple[str, str], list[float]] = {}
 
+    @property
+    def _proxies(self) -> list[LinkProxy]:
+        return [*self.links.values(), *self.peer_link_proxies.values()]
+
     async def start(self) -> None:
-        for link in self.links.values():
+        for link in self._proxies:
             await link.start()
 
     async def close(self) -> None:
-        for link in self.links.values():
+        for link in self._proxies:
             await link.close()
 
     def routes(self, every_address: dict[str, list[str]] | None = None) -> dict[str, dict[str, str]]:
@@ -42,9 +55,13 @@ class FaultNetwork:
         `every_address`: all the addresses each node may listen on (a node
         moved to a new address is reached through the same proxies)."""
         listening = every_address or {n: [a] for n, a in self.addresses.items()}
-        return {a: {address: self.links[(a, b)].address for b in self.addresses if b != a
-                    for address in listening[b]}
-                for a in self.addresses}
+        routes: dict[str, dict[str, str]] = {a: {} for a in self.addresses}
+        for a, b in permutations(self.addresses, 2):
+            for address in listening[b]:
+                routes[a][address] = self.links[(a, b)].address
+                if address in self.link_of and (a, b) in self.peer_link_proxies:
+                    routes[a][self.link_of[address]] = self.peer_link_proxies[(a, b)].address
+        return routes
 
     def retarget(self, node: str, address: str) -> None:
         """`node` now listens at `address`: every link to it forwards there."""
@@ -52,6 +69,9 @@ class FaultNetwork:
         for (_, destination), link in self.links.items():
             if destination == node:
                 link.retarget(address)
+        for (_, destination), link in self.peer_link_proxies.items():
+            if destination == node and address in self.link_of:
+                link.retarget(self.link_of[address])
 
     # ------------------------------------------------------------- faults
     def drop(self, sender: str, receiver: str) -> None:
@@ -77,7 +97,7 @@ class FaultNetwork:
     def heal_all(self) -> None:
         self._drops.clear()
         self._delays.clear()
-        for link in self.links.values():
+        for link in self._proxies:
             link.heal()
 
     def dropped_pairs(self) -> list[tuple[str, str]]:
@@ -85,14 +105,17 @@ class FaultNetwork:
 
     def traffic(self) -> dict[str, int]:
         """Peer bytes carried and dropped so far, over every link."""
-        return {"forwarded_bytes": sum(link.forwarded_bytes for link in self.links.values()),
-                "dropped_bytes": sum(link.dropped_bytes for link in self.links.values())}
+        return {"forwarded_bytes": sum(link.forwarded_bytes for link in self._proxies),
+                "dropped_bytes": sum(link.dropped_bytes for link in self._proxies)}
 
     # ------------------------------------------------- derived link states
     def _apply(self, sender: str, receiver: str) -> None:
         """Recompute the two links a message from sender to receiver uses."""
         for pair in ((sender, receiver), (receiver, sender)):
-            self.links[pair].set_state(self._link_state(*pair))
+            state = self._link_state(*pair)
+            self.links[pair].set_state(state)
+            if pair in self.peer_link_proxies:
+                self.peer_link_proxies[pair].set_state(state)
 
     def _link_state(self, source: str, destination: str) -> LinkState:
         # Link source->destination: forward carries source's bytes to

@@ -126,7 +126,8 @@ async def run_chaos(options: ChaosOptions) -> dict[str, Any]:
     # Faults act on peer traffic (with mutual TLS, on the peers' own ports),
     # with proxies in front of every address a node may have before any
     # node starts (membership changes add servers and move members).
-    network = FaultNetwork({node: addresses[0] for node, addresses in cluster.peer_slots.items()})
+    network = FaultNetwork({node: addresses[0] for node, addresses in cluster.peer_slots.items()},
+                           link_of=cluster.link_addresses)
     await network.start()
     cluster.routes = network.routes(cluster.peer_slots)
     state = RunState(seed, History())

@@ -1,10 +1,13 @@
-"""GrpcTransport: the Transport the election and the pusher use to reach peers
-over gRPC, one long-lived channel per peer. Pushes and heartbeats travel as
-messages on one long-lived PeerStream per peer (dledger/rpc/peer_stream.py);
-votes and leadership transfers, rare, stay unary calls."""
+"""GrpcTransport: the Transport the election and the pusher use to reach peers,
+one long-lived gRPC channel per peer. Pushes and heartbeats travel on the
+peer's link (dledger/rpc/peer_link.py, a TCP connection of their own) once a
+heartbeat answer has named its port, else as messages on one long-lived
+PeerStream per peer (dledger/rpc/peer_stream.py); votes and leadership
+transfers, rare, stay unary calls."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import grpc
@@ -13,10 +16,13 @@ from dledger.config import DLedgerConfig
 from dledger.rpc import tls
 from dledger.rpc.channel import channel_options
 from dledger.rpc.credentials import signing_interceptors
+from dledger.rpc import peer_link
 from dledger.rpc.request_stream import RequestStream, StreamFailure
 from dledger.transport import TransportError
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
+
+log = logging.getLogger(__name__)
 
 # Pushes carry up to max_push_batch_bytes; leave headroom over gRPC's 4 MiB default.
 MAX_MESSAGE_BYTES = 64 << 20
@@ -34,6 +40,12 @@ RETIRED_CHANNEL_GRACE_S = 2.0
 # long (it may have been upgraded meanwhile). A rolling upgrade thus mixes
 # versions without a stop.
 UNARY_FALLBACK_S = 30.0
+# A link that cannot be dialed (the peer down, its port filtered) leaves the
+# peer on PeerStream this long before the link is tried again; a link the
+# peer refused (another group, wrong credentials) is a configuration error,
+# retried less often (and logged).
+LINK_RETRY_S = 5.0
+LINK_REFUSED_RETRY_S = 60.0
 
 
 class GrpcTransport:
@@ -53,6 +65,15 @@ class GrpcTransport:
         self._streams: dict[str, RequestStream[pb.PeerStreamRequest, pb.PeerStreamResponse]] = {}
         self._unary_until: dict[str, float] = {}   # peers without PeerStream, until when
         self._closing: set[asyncio.Task[None]] = set()
+        self._group, self._self_id = config.group, config.self_id
+        self._link_context = (peer_link.client_context(config.tls_cert_file, config.tls_key_file,
+                                                       config.peer_tls_ca_file) if config.mutual_tls else None)
+        self._link_ports: dict[str, int] = {}          # learnt from heartbeat answers
+        self._links: dict[str, peer_link.PeerLink] = {}
+        self._dialing: dict[str, asyncio.Task[peer_link.PeerLink]] = {}
+        self._link_off_until: dict[str, float] = {}
+        # Pushes and heartbeats sent, by the path they took (metrics, tests).
+        self.requests_by_path = {"link": 0, "stream": 0, "unary": 0}
         for peer_id in self._addresses:
             self._open(peer_id)
 
@@ -81,6 +102,10 @@ class GrpcTransport:
 
     async def _stream_request(self, peer_id: str, request: pb.PeerStreamRequest,
                               timeout: float) -> pb.PeerStreamResponse:
+        link_address = self._link_address(peer_id)
+        if link_address is not None:
+            return await self._link_request(peer_id, link_address, request, timeout)
+        self.requests_by_path["stream"] += 1
         stream = self._streams.get(peer_id)
         if stream is None:
             stream = self._streams[peer_id] = RequestStream(self._stub(peer_id).PeerStream(),
@@ -95,6 +120,88 @@ class GrpcTransport:
             raise TransportError(str(failure)) from None
         self._failing_since.pop(peer_id, None)
         return response
+
+    # ------------------------------------------------------------ peer links
+    def _learn_link(self, peer_id: str, port: int) -> None:
+        """A heartbeat answer named the peer's link port (0: it has none)."""
+        if self._link_ports.get(peer_id, 0) == port:
+            return
+        if port:
+            self._link_ports[peer_id] = port
+        else:
+            self._link_ports.pop(peer_id, None)
+        self._drop_link(peer_id, "the peer's link port changed")
+
+    def _link_address(self, peer_id: str) -> str | None:
+        """Where to dial the peer's link, or None: use PeerStream."""
+        port = self._link_ports.get(peer_id)
+        if not port or time.monotonic() < self._link_off_until.get(peer_id, 0.0):
+            return None
+        address = self._addresses.get(peer_id, "")
+        link = f"{address.rpartition(':')[0]}:{port}"
+        dial = self._dial(link)
+        if dial == link and self._dial(address) != address:
+            # The peer's gRPC address is routed (through a proxy) and its link
+            # is not: bypassing the route would bypass what it is there for.
+            return None
+        return dial
+
+    async def _link_request(self, peer_id: str, address: str, request: pb.PeerStreamRequest,
+                            timeout: float) -> pb.PeerStreamResponse:
+        self.requests_by_path["link"] += 1
+        link = self._links.get(peer_id)
+        if link is None:
+            link = await self._dial_link(peer_id, address, timeout)
+        try:
+            response = await link.request(request, timeout)
+        except StreamFailure as failure:
+            raise TransportError(f"peer link: {failure}") from None
+        self._failing_since.pop(peer_id, None)
+        return response
+
+    async def _dial_link(self, peer_id: str, address: str, timeout: float) -> peer_link.PeerLink:
+        """The link being dialed, shared by the requests that wait for it."""
+        task = self._dialing.get(peer_id)
+        if task is None:
+            host = self._addresses.get(peer_id, "").rpartition(":")[0].strip("[]")
+            task = asyncio.get_running_loop().create_task(peer_link.open_link(
+                address, host, self._group, self._self_id, self._signing, self._link_context, timeout,
+                self._forget_link(peer_id)))
+            self._dialing[peer_id] = task
+            task.add_done_callback(lambda done: self._dialed(peer_id, address, done))
+        try:
+            return await asyncio.shield(task)
+        except Exception as error:   # OSError, TimeoutError, LinkRefused, a malformed handshake
+            raise TransportError(f"peer link to {peer_id} at {address}: {error or type(error).__name__}") from None
+
+    def _dialed(self, peer_id: str, address: str, task: asyncio.Task[peer_link.PeerLink]) -> None:
+        if self._dialing.get(peer_id) is task:
+            del self._dialing[peer_id]
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            link = task.result()
+            if link.broken is None:
+                self._links[peer_id] = link
+                log.info("peer link to %s at %s", peer_id, address)
+            return
+        refused = isinstance(error, peer_link.LinkRefused)
+        self._link_off_until[peer_id] = time.monotonic() + (LINK_REFUSED_RETRY_S if refused else LINK_RETRY_S)
+        (log.warning if refused else log.info)("peer link to %s at %s: %s; PeerStream for %.0fs", peer_id,
+                                               address, error or type(error).__name__,
+                                               LINK_REFUSED_RETRY_S if refused else LINK_RETRY_S)
+
+    def _forget_link(self, peer_id: str):  # noqa: ANN202 - the link's on_broken callback
+        def forget(link: peer_link.PeerLink) -> None:
+            if self._links.get(peer_id) is link:
+                del self._links[peer_id]
+        return forget
+
+    def _drop_link(self, peer_id: str, why: str) -> None:
+        link = self._links.pop(peer_id, None)
+        if link is not None:
+            link.close(why)
 
     def _forget_stream(self, peer_id: str):  # noqa: ANN202 - the stream's on_broken callback
         def forget(stream: RequestStream) -> None:
@@ -123,12 +230,17 @@ class GrpcTransport:
 
     async def heartbeat(self, peer_id: str, request: pb.HeartBeatRequest, timeout: float) -> pb.HeartBeatResponse:
         if self._unary_only(peer_id):
-            return await self._call(peer_id, "HeartBeat", request, timeout)
-        response = await self._stream_request(peer_id, pb.PeerStreamRequest(heartbeat=request), timeout)
-        return self._body(response, "heartbeat")
+            self.requests_by_path["unary"] += 1
+            answer = await self._call(peer_id, "HeartBeat", request, timeout)
+        else:
+            response = await self._stream_request(peer_id, pb.PeerStreamRequest(heartbeat=request), timeout)
+            answer = self._body(response, "heartbeat")
+        self._learn_link(peer_id, answer.peer_link_port)
+        return answer
 
     async def push(self, peer_id: str, request: pb.PushEntryRequest, timeout: float) -> pb.PushEntryResponse:
         if self._unary_only(peer_id):
+            self.requests_by_path["unary"] += 1
             return await self._call(peer_id, "Push", request, timeout)
         response = await self._stream_request(peer_id, pb.PeerStreamRequest(push=request), timeout)
         return self._body(response, "push")
@@ -160,9 +272,13 @@ class GrpcTransport:
             if old is not None:
                 self._retire(old)
             self._addresses[peer_id] = address
+            self._drop_link(peer_id, "the peer moved")
+            self._link_ports.pop(peer_id, None)
             self._open(peer_id)
         for peer_id in [p for p in self._channels if p not in addresses]:
             self._drop_stream(peer_id, "the peer left the group")
+            self._drop_link(peer_id, "the peer left the group")
+            self._link_ports.pop(peer_id, None)
             self._retire(self._channels.pop(peer_id))
             self._stubs.pop(peer_id, None)
             self._addresses.pop(peer_id, None)
@@ -181,6 +297,10 @@ class GrpcTransport:
     async def close(self) -> None:
         for peer_id in list(self._streams):
             self._drop_stream(peer_id, "the transport was closed")
+        for peer_id in list(self._links):
+            self._drop_link(peer_id, "the transport was closed")
+        for task in list(self._dialing.values()):
+            task.cancel()
         for channel in self._channels.values():
             await channel.close()
         if self._closing:

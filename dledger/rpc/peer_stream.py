@@ -35,23 +35,32 @@ if TYPE_CHECKING:
     from dledger.server import DLedgerServer
 
 
+async def answer_peer_request(server: DLedgerServer, request: pb.PeerStreamRequest) -> pb.PeerStreamResponse | None:
+    """The answer to one push or heartbeat, on a PeerStream or a peer link
+    (dledger/rpc/peer_link.py); None: the request carries neither."""
+    response = pb.PeerStreamResponse(id=request.id)
+    kind = request.WhichOneof("body")
+    if kind == "push":
+        push = request.push
+        response.push.CopyFrom(await answer("Push", server.member_state, push, pb.PushEntryResponse,
+                                            lambda: server.handle_push(push)))
+    elif kind == "heartbeat":
+        heartbeat = request.heartbeat
+        response.heartbeat.CopyFrom(await answer("HeartBeat", server.member_state, heartbeat,
+                                                 pb.HeartBeatResponse,
+                                                 lambda: server.handle_heartbeat(heartbeat)))
+    else:
+        return None
+    return response
+
+
 async def serve_peer_stream(server: DLedgerServer, context: grpc.aio.ServicerContext) -> None:
     """The follower's end: each request answered in its own task
     (dledger/rpc/stream_server.py), until the leader ends the stream or goes away."""
 
     async def answer_one(request: pb.PeerStreamRequest) -> pb.PeerStreamResponse | None:
-        response = pb.PeerStreamResponse(id=request.id)
-        kind = request.WhichOneof("body")
-        if kind == "push":
-            push = request.push
-            response.push.CopyFrom(await answer("Push", server.member_state, push, pb.PushEntryResponse,
-                                                lambda: server.handle_push(push)))
-        elif kind == "heartbeat":
-            heartbeat = request.heartbeat
-            response.heartbeat.CopyFrom(await answer("HeartBeat", server.member_state, heartbeat,
-                                                     pb.HeartBeatResponse,
-                                                     lambda: server.handle_heartbeat(heartbeat)))
-        else:
+        response = await answer_peer_request(server, request)
+        if response is None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"PeerStream request {request.id} carries neither a push nor a heartbeat")
         return response

@@ -218,3 +218,23 @@ async def test_network_routes_send_each_node_through_its_own_links():
         assert network.links[("a", "b")].target_port == 3 and network.links[("b", "a")].target_port == 1
     finally:
         await network.close()
+
+
+async def test_network_puts_a_second_proxy_in_front_of_each_peer_link_and_faults_act_on_both():
+    link_of = {"127.0.0.1:1": "127.0.0.1:11", "127.0.0.1:2": "127.0.0.1:12", "127.0.0.1:3": "127.0.0.1:13"}
+    network = FaultNetwork({"a": "127.0.0.1:1", "b": "127.0.0.1:2"}, link_of=link_of)
+    await network.start()
+    try:
+        routes = network.routes({"a": ["127.0.0.1:1"], "b": ["127.0.0.1:2", "127.0.0.1:3"]})
+        via_link = network.peer_link_proxies[("a", "b")].address
+        assert routes["a"] == {"127.0.0.1:2": network.links[("a", "b")].address, "127.0.0.1:12": via_link,
+                               "127.0.0.1:3": network.links[("a", "b")].address, "127.0.0.1:13": via_link}
+        network.drop("a", "b")
+        assert network.peer_link_proxies[("a", "b")].state == LinkState(drop_forward=True)
+        assert network.peer_link_proxies[("b", "a")].state == LinkState(drop_backward=True)
+        network.heal_all()
+        assert network.peer_link_proxies[("a", "b")].state == LinkState()
+        network.retarget("b", "127.0.0.1:3")
+        assert network.peer_link_proxies[("a", "b")].target_port == 13
+    finally:
+        await network.close()

@@ -1,6 +1,8 @@
 """Three real DLedgerServers in one process, each behind a real gRPC server on
 a loopback port and reaching the others through GrpcTransport: the streams
-(PeerStream, AppendStream) exercised on real sockets, with fast timings."""
+(PeerStream, AppendStream) exercised on real sockets, with fast timings.
+With `links`, each also serves a peer link (dledger/rpc/peer_link.py), which
+leaders then use for pushes and heartbeats."""
 from __future__ import annotations
 
 import asyncio
@@ -13,6 +15,7 @@ from cluster.process_cluster import free_ports
 from dledger.config import DLedgerConfig, PeerAddress
 from dledger.member_state import Role
 from dledger.rpc.peer_client import GrpcTransport
+from dledger.rpc.peer_link import PeerLinkServer
 from dledger.rpc.service import DLedgerServicer, add_dledger_service
 from dledger.server import DLedgerServer
 from rpcgen import dledger_pb2 as pb
@@ -25,6 +28,7 @@ class Node:
     transport: GrpcTransport
     address: str
     grpc_server: grpc.aio.Server | None = None
+    link_server: PeerLinkServer | None = None
 
     async def serve(self, servicer: type[DLedgerServicer] = DLedgerServicer) -> None:
         """(Re)start the node's gRPC server on its port (with another servicer
@@ -39,8 +43,21 @@ class Node:
         await self.grpc_server.stop(grace=None)
         self.grpc_server = None
 
+    async def serve_link(self, port: int = 0, auth: tuple[str, str] | None = None) -> int:
+        """(Re)open the node's peer link; the port it listens on."""
+        self.link_server = PeerLinkServer(self.server, auth, None)
+        self.server.peer_link_port = await self.link_server.start("127.0.0.1", port)
+        return self.server.peer_link_port
 
-async def start_cluster(tmp_path) -> dict[str, Node]:  # noqa: ANN001
+    async def unserve_link(self) -> None:
+        """Close the link's port and every link it holds (the node keeps
+        telling leaders its port: it is down, not gone)."""
+        assert self.link_server is not None
+        await self.link_server.stop()
+        self.link_server = None
+
+
+async def start_cluster(tmp_path, links: bool = False) -> dict[str, Node]:  # noqa: ANN001
     ports = free_ports(3)
     peers = tuple(PeerAddress(f"n{i}", "127.0.0.1", port) for i, port in enumerate(ports))
     nodes = {}
@@ -49,6 +66,8 @@ async def start_cluster(tmp_path) -> dict[str, Node]:  # noqa: ANN001
         transport = GrpcTransport(config)
         node = Node(DLedgerServer(config, transport), transport, peer.address)
         await node.serve()
+        if links:
+            await node.serve_link()
         nodes[peer.id] = node
     for node in nodes.values():
         await node.server.start()
@@ -60,6 +79,8 @@ async def stop_cluster(nodes: dict[str, Node]) -> None:
         await node.server.shutdown()
         if node.grpc_server is not None:
             await node.unserve()
+        if node.link_server is not None:
+            await node.unserve_link()
         await node.transport.close()
 
 
