@@ -46,6 +46,7 @@ UNARY_FALLBACK_S = 30.0
 # retried less often (and logged).
 LINK_RETRY_S = 5.0
 LINK_REFUSED_RETRY_S = 60.0
+LINK_DIAL_TIMEOUT_S = 2.0
 
 
 class GrpcTransport:
@@ -102,9 +103,9 @@ class GrpcTransport:
 
     async def _stream_request(self, peer_id: str, request: pb.PeerStreamRequest,
                               timeout: float) -> pb.PeerStreamResponse:
-        link_address = self._link_address(peer_id)
-        if link_address is not None:
-            return await self._link_request(peer_id, link_address, request, timeout)
+        link = self._link(peer_id)
+        if link is not None:
+            return await self._link_request(peer_id, link, request, timeout)
         self.requests_by_path["stream"] += 1
         stream = self._streams.get(peer_id)
         if stream is None:
@@ -133,9 +134,10 @@ class GrpcTransport:
         self._drop_link(peer_id, "the peer's link port changed")
 
     def _link_address(self, peer_id: str) -> str | None:
-        """Where to dial the peer's link, or None: use PeerStream."""
+        """Where to dial the peer's link, or None: it has none (or it is routed
+        around)."""
         port = self._link_ports.get(peer_id)
-        if not port or time.monotonic() < self._link_off_until.get(peer_id, 0.0):
+        if not port:
             return None
         address = self._addresses.get(peer_id, "")
         link = f"{address.rpartition(':')[0]}:{port}"
@@ -146,33 +148,34 @@ class GrpcTransport:
             return None
         return dial
 
-    async def _link_request(self, peer_id: str, address: str, request: pb.PeerStreamRequest,
+    def _link(self, peer_id: str) -> peer_link.PeerLink | None:
+        """The peer's open link, or None: use PeerStream for this request. A
+        link is dialed in the background (never while a request waits, so a
+        link that cannot be reached costs no request more than PeerStream's
+        time), and once open carries every request after."""
+        link = self._links.get(peer_id)
+        if link is not None or peer_id in self._dialing:
+            return link
+        address = self._link_address(peer_id)
+        if address is None or time.monotonic() < self._link_off_until.get(peer_id, 0.0):
+            return None
+        host = self._addresses.get(peer_id, "").rpartition(":")[0].strip("[]")
+        task = asyncio.get_running_loop().create_task(peer_link.open_link(
+            address, host, self._group, self._self_id, self._signing, self._link_context, LINK_DIAL_TIMEOUT_S,
+            self._forget_link(peer_id)))
+        self._dialing[peer_id] = task
+        task.add_done_callback(lambda done: self._dialed(peer_id, address, done))
+        return None
+
+    async def _link_request(self, peer_id: str, link: peer_link.PeerLink, request: pb.PeerStreamRequest,
                             timeout: float) -> pb.PeerStreamResponse:
         self.requests_by_path["link"] += 1
-        link = self._links.get(peer_id)
-        if link is None:
-            link = await self._dial_link(peer_id, address, timeout)
         try:
             response = await link.request(request, timeout)
         except StreamFailure as failure:
             raise TransportError(f"peer link: {failure}") from None
         self._failing_since.pop(peer_id, None)
         return response
-
-    async def _dial_link(self, peer_id: str, address: str, timeout: float) -> peer_link.PeerLink:
-        """The link being dialed, shared by the requests that wait for it."""
-        task = self._dialing.get(peer_id)
-        if task is None:
-            host = self._addresses.get(peer_id, "").rpartition(":")[0].strip("[]")
-            task = asyncio.get_running_loop().create_task(peer_link.open_link(
-                address, host, self._group, self._self_id, self._signing, self._link_context, timeout,
-                self._forget_link(peer_id)))
-            self._dialing[peer_id] = task
-            task.add_done_callback(lambda done: self._dialed(peer_id, address, done))
-        try:
-            return await asyncio.shield(task)
-        except Exception as error:   # OSError, TimeoutError, LinkRefused, a malformed handshake
-            raise TransportError(f"peer link to {peer_id} at {address}: {error or type(error).__name__}") from None
 
     def _dialed(self, peer_id: str, address: str, task: asyncio.Task[peer_link.PeerLink]) -> None:
         if self._dialing.get(peer_id) is task:
@@ -182,15 +185,17 @@ class GrpcTransport:
         error = task.exception()
         if error is None:
             link = task.result()
-            if link.broken is None:
+            if link.broken is None and self._link_address(peer_id) == address:
                 self._links[peer_id] = link
                 log.info("peer link to %s at %s", peer_id, address)
+            else:
+                link.close("the peer's link moved while it was dialed")
             return
         refused = isinstance(error, peer_link.LinkRefused)
-        self._link_off_until[peer_id] = time.monotonic() + (LINK_REFUSED_RETRY_S if refused else LINK_RETRY_S)
+        retry_s = LINK_REFUSED_RETRY_S if refused else LINK_RETRY_S
+        self._link_off_until[peer_id] = time.monotonic() + retry_s
         (log.warning if refused else log.info)("peer link to %s at %s: %s; PeerStream for %.0fs", peer_id,
-                                               address, error or type(error).__name__,
-                                               LINK_REFUSED_RETRY_S if refused else LINK_RETRY_S)
+                                               address, str(error) or type(error).__name__, retry_s)
 
     def _forget_link(self, peer_id: str):  # noqa: ANN202 - the link's on_broken callback
         def forget(link: peer_link.PeerLink) -> None:

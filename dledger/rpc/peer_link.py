@@ -19,13 +19,15 @@ connection cut or a malformed frame gives the whole link up and fails
 every request waiting on it with StreamFailure, and the next request
 dials a new one (the dispatcher backs off and goes back to COMPARE).
 
-The handshake (proto: PeerLinkChallenge, PeerLinkHello, PeerLinkWelcome):
-the listener sends a random nonce with its group and id; the dialer checks
-the group and answers with its own id and, with auth on, an HMAC-SHA256 of
-the nonce keyed by the bootstrap super user's secret (what every member
-holds; the gRPC peer calls are signed with it); the listener accepts or
-names its reason and closes. With the cluster CA configured the connection
-is mutual TLS against that CA, as the gRPC peer port is.
+The handshake (proto: PeerLinkHello, PeerLinkChallenge, PeerLinkWelcome):
+the dialer opens with a hello naming its group and id (the dialer speaks
+first, as on any TCP protocol a proxy may sit in front of); the listener
+answers with a random nonce, its group and id; the dialer checks the group
+and sends its hello again with, when auth is on, an HMAC-SHA256 of the nonce
+keyed by the bootstrap super user's secret (what every member holds; the
+gRPC peer calls are signed with it); the listener accepts or names its
+reason and closes. With the cluster CA configured the connection is mutual
+TLS against that CA, as the gRPC peer port is.
 """
 from __future__ import annotations
 
@@ -203,6 +205,8 @@ async def open_link(address: str, server_hostname: str, group: str, sender_id: s
         async with asyncio.timeout(timeout):
             await loop.create_connection(lambda: protocol, host, int(port), ssl=context,
                                          server_hostname=server_hostname if context is not None else None)
+            assert link._transport is not None
+            link._transport.write(frame(pb.PeerLinkHello(group=group, sender_id=sender_id)))
             challenge = pb.PeerLinkChallenge.FromString(await _handshake_frame(protocol))
             if challenge.group != group:
                 raise LinkRefused(f"{address} is node {challenge.node_id!r} of group {challenge.group!r}, "
@@ -211,7 +215,6 @@ async def open_link(address: str, server_hostname: str, group: str, sender_id: s
             if signing is not None:
                 hello.user = signing[0]
                 hello.proof = proof(signing[1], challenge.nonce, group, sender_id)
-            assert link._transport is not None
             link._transport.write(frame(hello))
             welcome = pb.PeerLinkWelcome.FromString(await _handshake_frame(protocol))
             if welcome.refused:
@@ -279,6 +282,7 @@ class _ListenerProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.nonce = os.urandom(NONCE_BYTES)
         self.peer = ""
+        self.challenged = False   # the opening hello has been answered with the nonce
         self.ready = False
         self.tasks: set[asyncio.Task[None]] = set()
         self.hello_timer: asyncio.TimerHandle | None = None
@@ -286,9 +290,6 @@ class _ListenerProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.owner.connections.add(self)
-        config = self.owner.dledger.config
-        self.transport.write(frame(pb.PeerLinkChallenge(nonce=self.nonce, group=config.group,
-                                                        node_id=config.self_id)))
         self.hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT_S, self.drop)
 
     def data_received(self, data: bytes) -> None:
@@ -297,12 +298,21 @@ class _ListenerProtocol(asyncio.Protocol):
             for body in bodies:
                 if self.ready:
                     self._answer(pb.PeerStreamRequest.FromString(body))
+                elif not self.challenged:
+                    self._challenge(pb.PeerLinkHello.FromString(body))
                 else:
                     self._greet(pb.PeerLinkHello.FromString(body))
         except Exception as error:  # malformed: drop the link, the leader dials again
             log.warning("peer link from %s dropped: a malformed frame (%s: %s)",
                         self.peer or "an unknown node", type(error).__name__, error)
             self.drop()
+
+    def _challenge(self, opening: pb.PeerLinkHello) -> None:
+        config = self.owner.dledger.config
+        assert self.transport is not None
+        self.transport.write(frame(pb.PeerLinkChallenge(nonce=self.nonce, group=config.group,
+                                                        node_id=config.self_id)))
+        self.challenged = True
 
     def _greet(self, hello: pb.PeerLinkHello) -> None:
         if self.hello_timer is not None:

@@ -141,6 +141,7 @@ async def test_a_malformed_frame_drops_only_its_own_connection(tmp_path):
         leader, followers = await _leader_with_links(nodes)
         target = nodes[followers[0]].server.peer_link_port
         reader, writer = await asyncio.open_connection("127.0.0.1", target)
+        writer.write(frame(pb.PeerLinkHello(group="default", sender_id="a stranger")))
         challenge = await reader.readexactly(LENGTH.unpack(await reader.readexactly(4))[0])
         assert pb.PeerLinkChallenge.FromString(challenge).group == "default"
         writer.write(LENGTH.pack(0xFFFFFFF0))   # a length past any frame
@@ -175,7 +176,7 @@ async def test_a_peer_behind_a_route_is_reached_through_the_route_or_not_over_a_
         await transport.close()
 
 
-async def test_a_closed_port_sends_the_leader_back_to_peer_stream_for_a_while():
+async def test_a_link_that_cannot_be_dialed_leaves_the_peer_on_peer_stream_for_a_while():
     peers = (PeerAddress("n0", "127.0.0.1", 1), PeerAddress("n1", "127.0.0.1", 2))
     transport = GrpcTransport(DLedgerConfig(self_id="n0", peers=peers, data_dir="/nonexistent"))
     with socket.socket() as probe:   # a port nothing listens on
@@ -183,9 +184,12 @@ async def test_a_closed_port_sends_the_leader_back_to_peer_stream_for_a_while():
         closed = probe.getsockname()[1]
     try:
         transport._learn_link("n1", closed)
-        with pytest.raises(TransportError, match="peer link to n1"):
-            await transport.heartbeat("n1", pb.HeartBeatRequest(header=pb.Header(group="default")), 1.0)
+        assert transport._link("n1") is None   # this request: PeerStream; the link is dialed meanwhile
+        dialing = transport._dialing["n1"]
+        with pytest.raises(OSError):
+            await dialing
         await asyncio.sleep(0)   # the dial's outcome is recorded by its done callback
-        assert transport._link_address("n1") is None
+        assert transport._link("n1") is None and "n1" not in transport._dialing   # not dialed again yet
+        assert transport._link_off_until["n1"] > asyncio.get_running_loop().time() - 1
     finally:
         await transport.close()
