@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any, Callable
 
 import grpc
 
@@ -110,7 +111,7 @@ class GrpcTransport:
         stream = self._streams.get(peer_id)
         if stream is None:
             stream = self._streams[peer_id] = RequestStream(self._stub(peer_id).PeerStream(),
-                                                            self._forget_stream(peer_id))
+                                                            self._forget(self._streams, peer_id))
         try:
             response = await stream.request(request, timeout)
         except StreamFailure as failure:
@@ -162,7 +163,7 @@ class GrpcTransport:
         host = self._addresses.get(peer_id, "").rpartition(":")[0].strip("[]")
         task = asyncio.get_running_loop().create_task(peer_link.open_link(
             address, host, self._group, self._self_id, self._signing, self._link_context, LINK_DIAL_TIMEOUT_S,
-            self._forget_link(peer_id)))
+            self._forget(self._links, peer_id)))
         self._dialing[peer_id] = task
         task.add_done_callback(lambda done: self._dialed(peer_id, address, done))
         return None
@@ -197,27 +198,26 @@ class GrpcTransport:
         (log.warning if refused else log.info)("peer link to %s at %s: %s; PeerStream for %.0fs", peer_id,
                                                address, str(error) or type(error).__name__, retry_s)
 
-    def _forget_link(self, peer_id: str):  # noqa: ANN202 - the link's on_broken callback
-        def forget(link: peer_link.PeerLink) -> None:
-            if self._links.get(peer_id) is link:
-                del self._links[peer_id]
+    @staticmethod
+    def _forget(table: dict[str, Any], peer_id: str) -> Callable[[Any], None]:
+        """A stream's or link's on_broken callback: it leaves `table`, unless
+        already replaced there."""
+        def forget(broken: Any) -> None:
+            if table.get(peer_id) is broken:
+                del table[peer_id]
         return forget
+
+    @staticmethod
+    def _drop(table: dict[str, Any], peer_id: str, why: str) -> None:
+        held = table.pop(peer_id, None)
+        if held is not None:
+            held.close(why)
 
     def _drop_link(self, peer_id: str, why: str) -> None:
-        link = self._links.pop(peer_id, None)
-        if link is not None:
-            link.close(why)
-
-    def _forget_stream(self, peer_id: str):  # noqa: ANN202 - the stream's on_broken callback
-        def forget(stream: RequestStream) -> None:
-            if self._streams.get(peer_id) is stream:
-                del self._streams[peer_id]
-        return forget
+        self._drop(self._links, peer_id, why)
 
     def _drop_stream(self, peer_id: str, why: str) -> None:
-        stream = self._streams.pop(peer_id, None)
-        if stream is not None:
-            stream.close(why)
+        self._drop(self._streams, peer_id, why)
 
     def _note_failure(self, peer_id: str) -> None:
         now = time.monotonic()

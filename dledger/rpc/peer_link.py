@@ -41,7 +41,7 @@ import struct
 from typing import TYPE_CHECKING, Callable
 
 from dledger.rpc.peer_stream import answer_peer_request
-from dledger.rpc.request_stream import StreamFailure
+from dledger.rpc.request_stream import AnsweredById
 from rpcgen import dledger_pb2 as pb
 
 if TYPE_CHECKING:
@@ -103,65 +103,26 @@ def proof(secret: str, nonce: bytes, group: str, sender_id: str) -> bytes:
 
 
 # ------------------------------------------------------------------ dialer
-class PeerLink:
+class PeerLink(AnsweredById[pb.PeerStreamRequest, pb.PeerStreamResponse]):
     """The leader's end of one link: `request` sends a PeerStreamRequest and
-    waits for its answer."""
+    waits for its answer (AnsweredById: ids, timeouts, giving up)."""
 
     def __init__(self, on_broken: Callable[["PeerLink"], None]) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._on_broken = on_broken
-        self._pending: dict[int, asyncio.Future[pb.PeerStreamResponse]] = {}
-        self._next_id = 1
+        super().__init__(on_broken)
         self._transport: asyncio.Transport | None = None
-        self.broken: StreamFailure | None = None
 
-    async def request(self, message: pb.PeerStreamRequest, timeout: float) -> pb.PeerStreamResponse:
-        if self.broken is not None:
-            raise self._failure()
+    async def _send(self, message: pb.PeerStreamRequest) -> None:
+        # Buffered by the transport when the socket is full: bounded by the
+        # dispatcher's pushes in flight (max_inflight_pushes_per_peer).
         assert self._transport is not None
-        request_id = message.id = self._next_id
-        self._next_id += 1
-        future: asyncio.Future[pb.PeerStreamResponse] = self._loop.create_future()
-        self._pending[request_id] = future
-        timer = self._loop.call_later(timeout, self._time_out, request_id, timeout)
-        try:
-            # Buffered by the transport when the socket is full: bounded by the
-            # dispatcher's pushes in flight (max_inflight_pushes_per_peer).
-            self._transport.write(frame(message))
-            return await future
-        finally:
-            timer.cancel()
-            self._pending.pop(request_id, None)
-            if future.done() and not future.cancelled():
-                future.exception()   # seen: a caller cancelled meanwhile must not leave it to be logged
+        self._transport.write(frame(message))
 
     def answered(self, body: bytes) -> None:
-        response = pb.PeerStreamResponse()
-        response.ParseFromString(body)
-        future = self._pending.get(response.id)
-        if future is not None and not future.done():
-            future.set_result(response)
+        self._answered(pb.PeerStreamResponse.FromString(body))
 
-    def _time_out(self, request_id: int, timeout: float) -> None:
-        if request_id in self._pending:
-            self.close(f"no answer within {timeout:.2f}s", timed_out=True)
-
-    def close(self, why: str, timed_out: bool = False) -> None:
-        """Give the link up: every request waiting on it fails with `why`."""
-        if self.broken is not None:
-            return
-        self.broken = StreamFailure(why, timed_out)
+    def _abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
-        pending, self._pending = self._pending, {}
-        for future in pending.values():
-            if not future.done():
-                future.set_exception(self._failure())
-        self._on_broken(self)
-
-    def _failure(self) -> StreamFailure:
-        assert self.broken is not None
-        return StreamFailure(str(self.broken), self.broken.timed_out)
 
 
 class _DialerProtocol(asyncio.Protocol):

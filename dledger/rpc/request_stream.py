@@ -33,18 +33,18 @@ class StreamFailure(Exception):
         self.code = code   # the status that ended the call, when it ended with one
 
 
-class RequestStream(Generic[Req, Resp]):
-    def __init__(self, call: Any, on_broken: Callable[["RequestStream[Req, Resp]"], None]) -> None:
-        """`call`: a just-opened grpc.aio stream-stream call whose messages
-        have an `id` field; `on_broken` runs once when the stream is given up."""
+class AnsweredById(Generic[Req, Resp]):
+    """Requests in flight on one ordered connection, each answered by a
+    message with its id: the bookkeeping a RequestStream and a peer link
+    (dledger/rpc/peer_link.py) share. A subclass sends, and says how to
+    abort its connection."""
+
+    def __init__(self, on_broken: Callable[[Any], None]) -> None:
         self._loop = asyncio.get_running_loop()
-        self._call = call
         self._on_broken = on_broken
         self._pending: dict[int, asyncio.Future[Resp]] = {}
         self._next_id = 1
-        self._write_lock = asyncio.Lock()
         self.broken: StreamFailure | None = None
-        self._reader = self._loop.create_task(self._read())
 
     async def request(self, message: Req, timeout: float) -> Resp:
         """Send `message` (its id is set here) and wait for its answer."""
@@ -56,7 +56,7 @@ class RequestStream(Generic[Req, Resp]):
         self._pending[request_id] = future
         timer = self._loop.call_later(timeout, self._time_out, request_id, timeout)
         try:
-            await self._write(message)
+            await self._send(message)
             return await future
         finally:
             timer.cancel()
@@ -64,7 +64,51 @@ class RequestStream(Generic[Req, Resp]):
             if future.done() and not future.cancelled():
                 future.exception()   # seen: a caller cancelled meanwhile must not leave it to be logged
 
-    async def _write(self, message: Req) -> None:
+    async def _send(self, message: Req) -> None:
+        raise NotImplementedError
+
+    def _abort(self) -> None:
+        """Stop the connection (called once, by `close`)."""
+        raise NotImplementedError
+
+    def _answered(self, response: Resp) -> None:
+        future = self._pending.get(response.id)  # type: ignore[attr-defined]
+        if future is not None and not future.done():
+            future.set_result(response)
+
+    def _time_out(self, request_id: int, timeout: float) -> None:
+        if request_id in self._pending:
+            self.close(f"no answer within {timeout:.2f}s", timed_out=True)
+
+    def close(self, why: str, timed_out: bool = False, code: grpc.StatusCode | None = None) -> None:
+        """Give the connection up: every request waiting on it fails with `why`."""
+        if self.broken is not None:
+            return
+        self.broken = StreamFailure(why, timed_out, code)
+        self._abort()
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(self._failure())
+        self._on_broken(self)
+
+    def _failure(self) -> StreamFailure:
+        """A fresh exception for each caller (one instance raised in many
+        tasks would pile up their tracebacks)."""
+        assert self.broken is not None
+        return StreamFailure(str(self.broken), self.broken.timed_out, self.broken.code)
+
+
+class RequestStream(AnsweredById[Req, Resp]):
+    def __init__(self, call: Any, on_broken: Callable[["RequestStream[Req, Resp]"], None]) -> None:
+        """`call`: a just-opened grpc.aio stream-stream call whose messages
+        have an `id` field; `on_broken` runs once when the stream is given up."""
+        super().__init__(on_broken)
+        self._call = call
+        self._write_lock = asyncio.Lock()
+        self._reader = self._loop.create_task(self._read())
+
+    async def _send(self, message: Req) -> None:
         """Write `message`; a failure closes the stream, which fails the
         message's future (the caller learns it there)."""
         async with self._write_lock:
@@ -81,10 +125,6 @@ class RequestStream(Generic[Req, Resp]):
                 self.close("a write was cancelled")
                 raise
 
-    def _time_out(self, request_id: int, timeout: float) -> None:
-        if request_id in self._pending:
-            self.close(f"no answer within {timeout:.2f}s", timed_out=True)
-
     async def _read(self) -> None:
         why, code = "the peer ended the stream", None
         try:
@@ -92,9 +132,7 @@ class RequestStream(Generic[Req, Resp]):
                 response = await self._call.read()
                 if response is grpc.aio.EOF:
                     break
-                future = self._pending.get(response.id)
-                if future is not None and not future.done():
-                    future.set_result(response)
+                self._answered(response)
         except grpc.aio.AioRpcError as e:
             why, code = f"{e.code().name}: {e.details()}", e.code()
         except grpc.aio.BaseError as e:
@@ -105,22 +143,7 @@ class RequestStream(Generic[Req, Resp]):
             why = "the stream was closed"
         self.close(why, code=code)
 
-    def close(self, why: str, timed_out: bool = False, code: grpc.StatusCode | None = None) -> None:
-        """Give the stream up: every request waiting on it fails with `why`."""
-        if self.broken is not None:
-            return
-        self.broken = StreamFailure(why, timed_out, code)
+    def _abort(self) -> None:
         self._call.cancel()
         if self._reader is not asyncio.current_task():
             self._reader.cancel()
-        pending, self._pending = self._pending, {}
-        for future in pending.values():
-            if not future.done():
-                future.set_exception(self._failure())
-        self._on_broken(self)
-
-    def _failure(self) -> StreamFailure:
-        """A fresh exception for each caller (one instance raised in many
-        tasks would pile up their tracebacks)."""
-        assert self.broken is not None
-        return StreamFailure(str(self.broken), self.broken.timed_out, self.broken.code)

@@ -107,5 +107,26 @@ async def append(node: Node, count: int) -> int:
     return response.last_index
 
 
+async def overdue_push_beside_a_heartbeat(leader: Node, follower_id: str, last: int) -> None:
+    """An APPEND past a gap waits on the follower (up to follower_gap_timeout_s)
+    for the entries before it; the heartbeat sent after it on the same
+    connection is answered first, and the push fails its caller with
+    TransportError once its 0.2 s are up."""
+    import pytest
+
+    from dledger.transport import TransportError
+    leader_id = leader.server.member_state.self_id
+    header = pb.Header(group="default", remote_id=follower_id, local_id=leader_id, leader_id=leader_id,
+                       term=leader.server.member_state.term)
+    stuck = asyncio.ensure_future(leader.transport.push(
+        follower_id, pb.PushEntryRequest(header=header, type=pb.APPEND, index=last + 1000, entries=b"?",
+                                         entry_count=1, committed_index=last), timeout=0.2))
+    beat = await leader.transport.heartbeat(
+        follower_id, pb.HeartBeatRequest(header=header, committed_index=last), timeout=1.0)
+    assert beat.header.code == 200 and not stuck.done()
+    with pytest.raises(TransportError, match="no answer within"):
+        await stuck
+
+
 def holds(node: Node, index: int) -> bool:
     return node.server.store.ledger_end_index >= index and node.server.member_state.committed_index >= index

@@ -19,9 +19,8 @@ from dledger.config import DLedgerConfig, PeerAddress
 from dledger.rpc import peer_client
 from dledger.rpc.peer_client import GrpcTransport
 from dledger.rpc.peer_link import LENGTH, FrameError, FrameReader, LinkRefused, PeerLinkServer, frame, open_link
-from dledger.transport import TransportError
 from rpcgen import dledger_pb2 as pb
-from tests.unit.grpc_harness import append, holds, leader_of, start_cluster, stop_cluster, wait_for
+from tests.unit.grpc_harness import append, overdue_push_beside_a_heartbeat, holds, leader_of, start_cluster, stop_cluster, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -85,22 +84,11 @@ async def test_an_overdue_answer_fails_its_caller_and_replication_goes_on_on_a_n
     nodes = await start_cluster(tmp_path, links=True)
     try:
         leader, followers = await _leader_with_links(nodes)
-        leader_id, follower_id = leader.server.member_state.self_id, followers[0]
+        follower_id = followers[0]
         last = await append(leader, 5)
         await wait_for(lambda: all(holds(node, last) for node in nodes.values()))
         link = leader.transport._links[follower_id]
-        header = pb.Header(group="default", remote_id=follower_id, local_id=leader_id, leader_id=leader_id,
-                           term=leader.server.member_state.term)
-        # An APPEND past a gap waits on the follower for the entries before
-        # it; the heartbeat sent after it is answered first, on the same link.
-        stuck = asyncio.ensure_future(leader.transport.push(
-            follower_id, pb.PushEntryRequest(header=header, type=pb.APPEND, index=last + 1000, entries=b"?",
-                                             entry_count=1, committed_index=last), timeout=0.2))
-        beat = await leader.transport.heartbeat(
-            follower_id, pb.HeartBeatRequest(header=header, committed_index=last), timeout=1.0)
-        assert beat.header.code == 200 and not stuck.done()
-        with pytest.raises(TransportError, match="no answer within"):
-            await stuck
+        await overdue_push_beside_a_heartbeat(leader, follower_id, last)
         assert link.broken is not None
 
         last = await append(leader, 5)
