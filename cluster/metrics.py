@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -25,6 +25,9 @@ from cluster.console.server import ConsoleHttpServer, start_console_server, stop
 from cluster.raw_read_http import RawReadEndpoint
 from dledger.rpc.credentials import ClientSecurity
 from dledger.status import NodeStatus
+
+if TYPE_CHECKING:
+    from dledger.rpc.peer_client import GrpcTransport
 
 log = logging.getLogger(__name__)
 
@@ -174,18 +177,29 @@ class ForwardingCollector(Collector):
 class PeerPathCollector(Collector):
     """The pushes and heartbeats this node sent as leader, by the path they
     took: its peer links, PeerStream (a peer that offers no link, or whose
-    link cannot be dialed), unary calls (a peer of an older version)."""
+    link cannot be dialed), unary calls (a peer of an older version); and
+    its peer links: open now, dials by outcome."""
 
-    def __init__(self, counts: dict[str, int], group: str, self_id: str) -> None:
-        self._counts = counts
+    def __init__(self, transport: GrpcTransport, group: str, self_id: str) -> None:
+        self._transport = transport
         self._labels = [group, self_id]
 
     def collect(self) -> Iterable[Metric]:
-        family = CounterMetricFamily("dledger_peer_requests", "Pushes and heartbeats sent to peers, by path",
-                                     labels=["group", "self_id", "path"])
-        for path, value in sorted(self._counts.items()):
-            family.add_metric(self._labels + [path], value)
-        yield family
+        transport = self._transport
+        paths = CounterMetricFamily("dledger_peer_requests", "Pushes and heartbeats sent to peers, by path",
+                                    labels=["group", "self_id", "path"])
+        for path, value in sorted(transport.requests_by_path.items()):
+            paths.add_metric(self._labels + [path], value)
+        yield paths
+        dials = CounterMetricFamily("dledger_peer_link_dials", "Peer links dialed, by outcome (refused: another "
+                                    "group or wrong credentials)", labels=["group", "self_id", "outcome"])
+        for outcome, value in sorted(transport.link_dials.items()):
+            dials.add_metric(self._labels + [outcome], value)
+        yield dials
+        links = GaugeMetricFamily("dledger_peer_links_open", "Peer links this node holds open to followers",
+                                  labels=["group", "self_id"])
+        links.add_metric(self._labels, transport.open_links)
+        yield links
 
 
 class NodeMetrics:
@@ -226,9 +240,8 @@ class NodeMetrics:
              loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.registry.register(StatusCollector(status, self.group, self.self_id, loop))
 
-    def bind_peer_paths(self, counts: dict[str, int]) -> None:
-        """`counts`: the transport's live dict, path -> requests sent."""
-        self.registry.register(PeerPathCollector(counts, self.group, self.self_id))
+    def bind_peer_transport(self, transport: GrpcTransport) -> None:
+        self.registry.register(PeerPathCollector(transport, self.group, self.self_id))
 
     def bind_forwarding(self, counts: Callable[[], tuple[int, int, int]]) -> None:
         self.registry.register(ForwardingCollector(counts, self.group, self.self_id))

@@ -137,7 +137,7 @@ class Node:
         auth = self._auth_settings()
         signing = (auth.super_user, auth.super_secret) if auth.enabled else None
         self.transport = GrpcTransport(config, self.tls, signing)
-        self.metrics.bind_peer_paths(self.transport.requests_by_path)
+        self.metrics.bind_peer_transport(self.transport)
         self.server = DLedgerServer(config, self.transport, observer=self.metrics.observer)
         servicer = DLedgerServicer(self.server, os.getpid(), config.metrics_address)
         self._build_servers(servicer, auth)

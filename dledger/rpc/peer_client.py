@@ -76,6 +76,9 @@ class GrpcTransport:
         self._link_off_until: dict[str, float] = {}
         # Pushes and heartbeats sent, by the path they took (metrics, tests).
         self.requests_by_path = {"link": 0, "stream": 0, "unary": 0}
+        # Link dials by outcome: opened, failed (cannot connect, no answer),
+        # refused (another group, wrong credentials: a configuration error).
+        self.link_dials = {"opened": 0, "failed": 0, "refused": 0}
         for peer_id in self._addresses:
             self._open(peer_id)
 
@@ -188,11 +191,13 @@ class GrpcTransport:
             link = task.result()
             if link.broken is None and self._link_address(peer_id) == address:
                 self._links[peer_id] = link
+                self.link_dials["opened"] += 1
                 log.info("peer link to %s at %s", peer_id, address)
             else:
                 link.close("the peer's link moved while it was dialed")
             return
         refused = isinstance(error, peer_link.LinkRefused)
+        self.link_dials["refused" if refused else "failed"] += 1
         retry_s = LINK_REFUSED_RETRY_S if refused else LINK_RETRY_S
         self._link_off_until[peer_id] = time.monotonic() + retry_s
         (log.warning if refused else log.info)("peer link to %s at %s: %s; PeerStream for %.0fs", peer_id,
@@ -293,6 +298,10 @@ class GrpcTransport:
         task = asyncio.get_running_loop().create_task(channel.close(grace=RETIRED_CHANNEL_GRACE_S))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+
+    @property
+    def open_links(self) -> int:
+        return len(self._links)
 
     @property
     def open_channels(self) -> int:

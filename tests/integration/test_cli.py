@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import os
 import queue
 import signal
@@ -180,6 +181,12 @@ def test_cli_drives_a_local_three_node_cluster(cluster: LocalCluster, tmp_path: 
         text = page.read().decode()
     assert f'dledger_role{{group="default",role="LEADER",self_id="{leader["id"]}"}} 1.0' in text
     assert "dledger_append_latency_seconds_bucket" in text
+    # The leader replicates over peer links (the followers named their ports).
+    me = f'self_id="{leader["id"]}"'
+    assert f'dledger_peer_links_open{{group="default",{me}}} 2.0' in text, text[-3000:]
+    assert f'dledger_peer_link_dials_total{{group="default",outcome="refused",{me}}} 0.0' in text
+    link_requests = re.search(rf'dledger_peer_requests_total{{group="default",path="link",{me}}} (\S+)', text)
+    assert link_requests and float(link_requests.group(1)) > 0
     # A follower relays the calls it forwards to the leader on one stream, and says so.
     with grpc.insecure_channel(next(r["address"] for r in rows if r["id"] == follower)) as channel:
         sent = service_pb2_grpc.MessagingServiceStub(channel).SendMessage(spb.SendMessageRequest(messages=[
