@@ -208,12 +208,29 @@ def _client_credentials(options: ChaosOptions) -> Iterator[None]:
                 os.environ[name] = value
 
 
+async def _wait_until_joined(admin: DLedgerClient, cluster: ProcessCluster, timeout_s: float = 30.0) -> None:
+    """Faults begin once every node has joined the leader's cluster. A node
+    that starts seconds after the others on a loaded machine has not (it
+    neither votes nor counts until a leader reaches it), and a first fault
+    that kills the leader then leaves one voter: no failover until the
+    leader is back, which measures the start-up, not the fault."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        metas = [await admin.metadata(cluster.addresses[n]) for n in cluster.ids if cluster.running(n)]
+        if all(m is not None and m.cluster_id and m.leader_id and not m.repairing for m in metas) \
+                and len({m.cluster_id for m in metas if m is not None}) == 1:
+            return
+        await asyncio.sleep(0.1)
+    log.warning("not every node joined the cluster within %.0fs; faults begin anyway", timeout_s)
+
+
 async def _run(options: ChaosOptions, cluster: ProcessCluster, network: FaultNetwork, state: RunState) -> None:
     # Every address a node may ever listen on: clients find servers added later.
     servers = cluster.every_address
     deadline_s = getattr(options.workload_config, "op_deadline_s", 10.0)
     async with DLedgerClient(servers, deadline_s=deadline_s) as admin:
         await find_leader(admin, servers, timeout=30.0)
+        await _wait_until_joined(admin, cluster)
         history = state.history = History()
         workload = make_workload(options.workload, servers, history, options.workload_config)
         state.groups = list(getattr(workload, "groups", []))
