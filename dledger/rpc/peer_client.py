@@ -160,8 +160,10 @@ class GrpcTransport:
         link = self._links.get(peer_id)
         if link is not None or peer_id in self._dialing:
             return link
+        if time.monotonic() < self._link_off_until.get(peer_id, 0.0):
+            return None
         address = self._link_address(peer_id)
-        if address is None or time.monotonic() < self._link_off_until.get(peer_id, 0.0):
+        if address is None:
             return None
         host = self._addresses.get(peer_id, "").rpartition(":")[0].strip("[]")
         task = asyncio.get_running_loop().create_task(peer_link.open_link(

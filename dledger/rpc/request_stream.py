@@ -16,6 +16,7 @@ behind it would wait as long (a partitioned link, a frozen peer).
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from typing import Any, Callable, Generic, TypeVar
 
 import grpc
@@ -33,7 +34,7 @@ class StreamFailure(Exception):
         self.code = code   # the status that ended the call, when it ended with one
 
 
-class AnsweredById(Generic[Req, Resp]):
+class AnsweredById(ABC, Generic[Req, Resp]):
     """Requests in flight on one ordered connection, each answered by a
     message with its id: the bookkeeping a RequestStream and a peer link
     (dledger/rpc/peer_link.py) share. A subclass sends, and says how to
@@ -64,12 +65,13 @@ class AnsweredById(Generic[Req, Resp]):
             if future.done() and not future.cancelled():
                 future.exception()   # seen: a caller cancelled meanwhile must not leave it to be logged
 
+    @abstractmethod
     async def _send(self, message: Req) -> None:
-        raise NotImplementedError
+        """Put `message` on the connection."""
 
+    @abstractmethod
     def _abort(self) -> None:
         """Stop the connection (called once, by `close`)."""
-        raise NotImplementedError
 
     def _answered(self, response: Resp) -> None:
         future = self._pending.get(response.id)  # type: ignore[attr-defined]
