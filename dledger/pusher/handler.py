@@ -85,6 +85,11 @@ class EntryHandler:
         """The caller has checked the group, the sender and the term."""
         kind = request.type
         if kind == pb.APPEND:
+            # What the leader has committed of the prefix already verified is
+            # committed here now, while this push's entries are written and
+            # synced, rather than after: then applying it (the apply loop's
+            # wake-up, the producer marks) does not hold this push's answer up.
+            self.advance_commit(request.committed_index)
             response = await self._append(request)
         elif kind == pb.COMPARE:
             response = self._compare(request)

@@ -380,9 +380,13 @@ class DLedgerEntryPusher:
         if self.config.flush_mode is FlushMode.ASYNC:
             self.quorum.update_watermark(self._leader_term, self.config.self_id, self.store.ledger_end_index)
             self._checker_wakeup.set()
-        self._flush_wakeup.set()
+        # The pushes first, then the local flush: the followers' round trip
+        # (network, their fsync, the answer) is the longer way to a quorum,
+        # and the flusher's hand-off of its fsync to a thread, woken first,
+        # held both pushes back by its turn.
         for dispatcher in self.dispatchers.values():
             dispatcher.push_now()
+        self._flush_wakeup.set()
 
     # ------------------------------------------------------------- the tasks
     async def _leader_flusher(self) -> None:
@@ -442,6 +446,11 @@ class DLedgerEntryPusher:
             self._last_commit_at = self.clock.now()
             self.store.set_committed_index(committed)
             self.on_commit(committed)
+            # The appends this commit completes are answered before the
+            # dispatchers wake (their tasks then run first), and after the
+            # apply loop's wake-up in on_commit: a caller resumes with its
+            # entry applied here, as callers of the store expect.
+            self.quorum.complete_up_to(committed)
             for dispatcher in self.dispatchers.values():
                 dispatcher.wakeup.set()
         # Also completes a retried append that joined after its range committed.
