@@ -229,17 +229,18 @@ class DLedgerEntryPusher:
         if producer_id:
             appended = self._appended_before(producer_id, sequence, retry_age_ms)
             if appended is not None:
-                return await self._wait_for(appended)
+                return await self._wait_for(appended, channel != CHANNEL_LOG_API)
         ms = self.member_state
+        after_apply = channel != CHANNEL_LOG_API
         if not producer_id:
             return await self._wait_for_new(self.store.append_as_leader(bodies, ms.term, prepare=prepare,
-                                                                        channel=channel))
+                                                                        channel=channel), after_apply)
         mark = encode_mark(producer_id, sequence, len(bodies), int(time.time() * 1000))
         placed = self.store.append_as_leader(
             [mark, *bodies], ms.term, magics=[MAGIC_PRODUCER_MARK] + [MAGIC_NORMAL] * len(bodies),
             prepare=None if prepare is None else lambda positions: prepare(positions[1:]), channel=channel)
         self._term_appends[(producer_id, sequence)] = AppendedRange(placed[1][0], placed[-1][0])
-        return await self._wait_for_new(placed[1:])
+        return await self._wait_for_new(placed[1:], after_apply)
 
     def _check_can_append(self, count: int) -> None:
         ms = self.member_state
@@ -278,23 +279,24 @@ class DLedgerEntryPusher:
             return appended
         return self.producers.lookup(producer_id, sequence, retry_age_ms)
 
-    async def _wait_for(self, appended: AppendedRange) -> AppendResult:
+    async def _wait_for(self, appended: AppendedRange, after_apply: bool = True) -> AppendResult:
         """Answer a retried append with its original range, once committed."""
         store = self.store
         positions = [store.position_of(i) for i in range(max(appended.first_index, store.ledger_begin_index),
                                                              appended.last_index + 1)]
         if self.member_state.committed_index >= appended.last_index:
             return appended.first_index, appended.last_index, positions
-        return await self._wait(appended.first_index, appended.last_index, positions)
+        return await self._wait(appended.first_index, appended.last_index, positions, after_apply)
 
-    async def _wait_for_new(self, placed: list[tuple[int, int]]) -> AppendResult:
+    async def _wait_for_new(self, placed: list[tuple[int, int]], after_apply: bool = True) -> AppendResult:
         self._entries_appended()
-        return await self._wait(placed[0][0], placed[-1][0], [pos for _, pos in placed])
+        return await self._wait(placed[0][0], placed[-1][0], [pos for _, pos in placed], after_apply)
 
-    async def _wait(self, first: int, last: int, positions: list[int]) -> AppendResult:
+    async def _wait(self, first: int, last: int, positions: list[int], after_apply: bool = True) -> AppendResult:
         now = self.clock.now()
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self.quorum.add_pending(PendingAppend(first, last, positions, now, now + self.config.max_wait_ack_s, future))
+        self.quorum.add_pending(PendingAppend(first, last, positions, now, now + self.config.max_wait_ack_s, future,
+                                              after_apply=after_apply))
         self._checker_wakeup.set()
         return await future
 
@@ -445,12 +447,15 @@ class DLedgerEntryPusher:
             ms.committed_index = committed
             self._last_commit_at = self.clock.now()
             self.store.set_committed_index(committed)
+            # The appends this commit completes are answered before what it
+            # wakes (their tasks then run first: at one append in flight they
+            # had waited behind all of it): a log client's plain appends
+            # before the apply loop, the others (a store resumes expecting its
+            # entry applied here) after it and before the dispatchers.
+            held: list[PendingAppend] = []
+            self.quorum.complete_up_to(committed, held)
             self.on_commit(committed)
-            # The appends this commit completes are answered before the
-            # dispatchers wake (their tasks then run first), and after the
-            # apply loop's wake-up in on_commit: a caller resumes with its
-            # entry applied here, as callers of the store expect.
-            self.quorum.complete_up_to(committed)
+            self.quorum.complete(held)
             for dispatcher in self.dispatchers.values():
                 dispatcher.wakeup.set()
         # Also completes a retried append that joined after its range committed.

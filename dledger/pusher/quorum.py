@@ -53,6 +53,10 @@ class PendingAppend:
     # Set once it left the pending count: completed, expired or failed. Not
     # future.done(), which a caller that went away (cancelled) also makes true.
     settled: bool = False
+    # Answered only once the commit has been handed to the state machine (a
+    # store reads its entry's effect when it resumes); a log client's plain
+    # append is answered before (see DLedgerEntryPusher._advance_commit).
+    after_apply: bool = True
 
 
 class QuorumAckChecker:
@@ -125,15 +129,27 @@ class QuorumAckChecker:
         self._pending_entries -= pending.last_index - pending.first_index + 1
         return not pending.future.done()
 
-    def complete_up_to(self, committed: int) -> int:
-        """Complete, in index order, every pending append that is now committed."""
+    def complete_up_to(self, committed: int, held: list[PendingAppend] | None = None) -> int:
+        """Complete, in index order, every pending append that is now
+        committed; with `held`, those `after_apply` go there instead, for
+        complete() once the commit has been applied."""
         done = 0
         while self._by_index and self._by_index[0][0] <= committed:
             _, _, pending = heapq.heappop(self._by_index)
+            if held is not None and pending.after_apply:
+                held.append(pending)
+            else:
+                done += self.complete([pending])
+        self._drop_settled_deadlines()
+        return done
+
+    def complete(self, committed: list[PendingAppend]) -> int:
+        """Answer these committed appends (taken from complete_up_to's `held`)."""
+        done = 0
+        for pending in committed:
             if self._settle(pending):
                 pending.future.set_result((pending.first_index, pending.last_index, pending.positions))
                 done += 1
-        self._drop_settled_deadlines()
         return done
 
     def expire(self, now: float) -> int:

@@ -94,3 +94,19 @@ def test_quota_limits_bytes_per_second():
     quota.spend(1000)
     assert quota.wait_time(100.4) == pytest.approx(0.6)
     assert quota.wait_time(101.0) == 0
+
+
+async def test_a_commit_answers_log_appends_at_once_and_holds_the_state_machines_for_after_apply():
+    q = QuorumAckChecker("n0", ["n0", "n1", "n2"], 2)
+    loop = asyncio.get_running_loop()
+    log_append, machine_append, later = loop.create_future(), loop.create_future(), loop.create_future()
+    q.add_pending(PendingAppend(0, 0, [], 0.0, 10.0, log_append, after_apply=False))
+    q.add_pending(PendingAppend(1, 1, [], 0.0, 10.0, machine_append))          # after_apply by default
+    q.add_pending(PendingAppend(2, 2, [], 0.0, 10.0, later, after_apply=False))
+    held: list[PendingAppend] = []
+    assert q.complete_up_to(1, held) == 1
+    assert log_append.done() and not machine_append.done() and not later.done()
+    assert [p.first_index for p in held] == [1] and q.pending_entries() == 2
+    assert q.complete(held) == 1
+    assert machine_append.result()[:2] == (1, 1) and q.pending_entries() == 1
+    assert q.complete_up_to(2) == 1 and later.done()                          # no `held`: all at once
