@@ -228,7 +228,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                     stream = handler(request, client_id, context)
                 else:
                     # An official client's receive: the leader's batch in one response, handed on per message.
-                    unbatch = method == "ReceiveMessage" and not request.batched_response
+                    # (Not one that asks for more than the protocol allows: its
+                    # refusal is the leader's, as the client asked.)
+                    unbatch = method == "ReceiveMessage" and not request.batched_response and \
+                        request.batch_size <= self.broker.consumer.receiver.config.max_batch_size
                     stream = self.forwarder.server_stream(
                         method, _batched(request) if unbatch else request, context,
                         give_up=hand_over.give_up if hand_over.enabled else None)

@@ -458,7 +458,8 @@ def add_bench_commands(bench_commands: Any) -> None:
                          help="messages sent first, then consumed")
     consume.add_argument("--inflight", type=positive_int, default=64, metavar="K", help="concurrent receivers")
     consume.add_argument("--batch", type=positive_int, default=32, metavar="B",
-                         help="messages per receive (the broker allows up to 32)")
+                         help="messages per receive (up to 128: this client asks for its batch in one "
+                              "response; the protocol's own clients get up to 32)")
     consume.add_argument("--duration", type=float, default=60.0, metavar="SECONDS",
                          help="give up after this long")
 

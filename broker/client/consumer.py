@@ -135,8 +135,9 @@ class SimpleConsumer(BaseClient):
     # ------------------------------------------------------------ receive
     async def receive(self, max_messages: int = 32, invisible_duration: float | timedelta = DEFAULT_INVISIBLE_S,
                       await_duration_s: float | None = None) -> list[ReceivedMessage]:
-        """Up to `max_messages` from one of the subscribed topics, waiting
-        (long polling) up to `await_duration_s` for any to arrive; [] if none."""
+        """Up to `max_messages` (1..128: the batch comes in one response) from
+        one of the subscribed topics, waiting (long polling) up to
+        `await_duration_s` for any to arrive; [] if none."""
         self.require_started()
         if not self.subscriptions:
             raise BadRequestError(pb.BAD_REQUEST, "the consumer subscribes to no topic")

@@ -32,17 +32,28 @@ READY_POLL_S = 0.005
 class _Batch:
     ops: list[dict[str, object]] = field(default_factory=list)
     waiters: list[asyncio.Future[int]] = field(default_factory=list)
+    weight: int = 0
+
+
+def op_weight(op: dict[str, object]) -> int:
+    """About how many items an encoded op carries (offsets, acks, ...): the
+    lists are what grows with a call's batch, at most ~30 bytes of JSON an
+    item (an ack's [offset, lease], a redelivery's [offset, lease, attempt])."""
+    return 1 + sum(len(value) for value in op.values() if isinstance(value, list))
 
 
 class PopCommitter:
     def __init__(self, store: MessageStore, max_in_flight: int = 2, max_ops_per_entry: int = 1000,
-                 ready_wait_s: float = 2.0) -> None:
+                 ready_wait_s: float = 2.0, max_weight_per_entry: int = 100_000) -> None:
         self.store = store
         self.max_in_flight = max_in_flight
         self.ready_wait_s = ready_wait_s
-        # An op names at most a batch of messages (~1 KiB of JSON), so this
-        # keeps an entry far below the log's 4 MiB limit.
+        # An entry's ops, and their items (op_weight): 100,000 items are at
+        # most about 3 MB of JSON, below the log's 4 MiB entry limit however
+        # large the calls' batches (a receive of 128, an ack of 1,000 entries
+        # on one queue: 22 KB, of which a thousand would not fit).
         self.max_ops_per_entry = max_ops_per_entry
+        self.max_weight_per_entry = max_weight_per_entry
         self._pending: list[_Batch] = []
         self._in_flight = 0
         self._starting = 0          # appends started whose task has not taken its batch yet
@@ -80,10 +91,14 @@ class PopCommitter:
         """commit(), queued now: the future is the entry's index once this
         node has applied it (or the append's error), whoever still waits."""
         encoded = [op.to_json() for op in ops]
-        if not self._pending or len(self._pending[-1].ops) + len(encoded) > self.max_ops_per_entry:
+        weight = sum(op_weight(op) for op in encoded)
+        last = self._pending[-1] if self._pending else None
+        if last is None or len(last.ops) + len(encoded) > self.max_ops_per_entry or \
+                (last.ops and last.weight + weight > self.max_weight_per_entry):
             self._pending.append(_Batch())
         batch = self._pending[-1]
         batch.ops.extend(encoded)
+        batch.weight += weight
         waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         batch.waiters.append(waiter)
         self._start_appends()

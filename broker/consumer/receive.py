@@ -94,8 +94,9 @@ class ReceiveService:
         topic = request.message_queue.topic.name
         validation.validate_topic(topic)
         tag_filter = parse_filter_expression(request.filter_expression.type, request.filter_expression.expression)
-        if not 0 < request.batch_size <= self.config.max_batch_size:
-            raise BrokerError(pb.BAD_REQUEST, f"batch_size {request.batch_size} is outside 1..{self.config.max_batch_size}")
+        limit = self.config.max_batched_receive_size if request.batched_response else self.config.max_batch_size
+        if not 0 < request.batch_size <= limit:
+            raise BrokerError(pb.BAD_REQUEST, f"batch_size {request.batch_size} is outside 1..{limit}")
         if request.HasField("invisible_duration"):
             invisible = request.invisible_duration.ToTimedelta()
             validation.validate_invisible_duration(invisible, for_receive=True)

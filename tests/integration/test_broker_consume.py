@@ -422,6 +422,28 @@ async def _expired_handle(stub) -> str:
     return nack.receipt_handle   # valid until now: already expired
 
 
+async def test_a_batched_receive_may_ask_for_more_than_the_protocols_32_up_to_128(stubs):
+    leader, follower = stubs
+    await send(leader, *[message("PopBig", b"m%d" % i) for i in range(100)])
+    for stub, group in ((leader, "BigBatch"), (follower, "BigBatchViaFollower")):
+        request = receive_request(group, "PopBig", batch=64)
+        request.batched_response = True
+        responses = [r async for r in stub.ReceiveMessage(request, metadata=METADATA, timeout=10)]
+        assert responses[0].status.code == pb.OK, responses[0].status
+        assert 32 < len(responses[0].messages) <= 64
+        answer = await ack(stub, group, "PopBig", *responses[0].messages)
+        assert {e.status.code for e in answer.entries} == {pb.OK}
+        for batch, code in ((128, pb.OK), (129, pb.BAD_REQUEST)):
+            request = receive_request(group, "PopBig", batch=batch, polling=1)
+            request.batched_response = True
+            responses = [r async for r in stub.ReceiveMessage(request, metadata=METADATA, timeout=10)]
+            assert responses[0].status.code == code, (batch, responses[0].status)
+    # Without the flag (an official client, here through a follower too) the protocol's limit holds.
+    for stub in (leader, follower):
+        status, messages = await receive_raw(stub, receive_request("PlainBig", "PopBig", batch=64))
+        assert status.code == pb.BAD_REQUEST and "1..32" in status.message and messages == []
+
+
 async def _foreign_handle(stub) -> str:
     await send(stub, message("BadInput", b"y"))
     got = await receive(stub, "ForeignGroup", "BadInput", batch=1)

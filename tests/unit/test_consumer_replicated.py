@@ -109,6 +109,21 @@ async def test_concurrent_receives_and_acks_share_log_entries(cluster: BrokerClu
     assert consumer.committer.entries - before - receive_entries < 20
 
 
+async def test_an_entry_of_pop_state_changes_is_bounded_by_its_items_as_well_as_its_ops(cluster: BrokerCluster):
+    # An op's size grows with its call's batch (an ack of 1,000 entries on one
+    # queue is 22 KB of JSON): a thousand such ops must not make one entry
+    # past the log's limit. Here the bound is made small enough to split
+    # four concurrent acks of ten messages, which otherwise share an entry.
+    consumer = (await cluster.leader_broker()).consumer
+    received = [m for _ in range(2) for m in await consumer.receiver.receive(params(batch=32))]
+    assert len(received) == 40
+    consumer.committer.max_weight_per_entry = 12          # one call's two ack ops of five
+    before = consumer.committer.entries
+    answers = await asyncio.gather(*(consumer.acks.ack(ack_request(*received[i:i + 10])) for i in range(0, 40, 10)))
+    assert all(a.status.code == pb.OK for a in answers)
+    assert consumer.committer.entries - before >= 3
+
+
 async def test_every_replica_derives_the_same_pop_state(cluster: BrokerCluster):
     consumer = (await cluster.leader_broker()).consumer
     got = await consumer.receiver.receive(params(batch=16))
