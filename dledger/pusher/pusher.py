@@ -385,10 +385,12 @@ class DLedgerEntryPusher:
         # The pushes first, then the local flush: the followers' round trip
         # (network, their fsync, the answer) is the longer way to a quorum,
         # and the flusher's hand-off of its fsync to a thread, woken first,
-        # held both pushes back by its turn.
-        for dispatcher in self.dispatchers.values():
-            dispatcher.push_now()
-        self._flush_wakeup.set()
+        # held both pushes back by its turn. (The flush whatever a push met.)
+        try:
+            for dispatcher in self.dispatchers.values():
+                dispatcher.push_now()
+        finally:
+            self._flush_wakeup.set()
 
     # ------------------------------------------------------------- the tasks
     async def _leader_flusher(self) -> None:
