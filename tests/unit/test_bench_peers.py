@@ -3,7 +3,7 @@ upper bound for latencies and a lower bound for rates (NATS itself is an
 optional benchmark dependency, not needed here)."""
 from __future__ import annotations
 
-from bench.peers import goals, stability
+from bench.peers import goals, median_goals, stability
 
 
 def test_latency_goals_are_upper_bounds_and_rate_goals_lower_bounds():
@@ -23,3 +23,15 @@ def test_an_election_while_the_workloads_ran_fails_the_stability_goal():
     assert calm["elections"] == 0 and calm["met"] is True
     moved = stability({"ours": {"at_start": 1, "at_end": 3}, "official": {"at_start": 1, "at_end": 1}})
     assert moved["elections"] == 2 and moved["met"] is False
+
+
+def test_rounds_are_judged_by_the_median_ratio_of_each_goal():
+    def round_with(p50_ratio: float, rate_ratio: float) -> dict:
+        ours = {"log_1": {"p50_ms": p50_ratio, "p99_ms": 1.0}, "log_128": {"messages_per_s": rate_ratio}}
+        nats = {"log_1": {"p50_ms": 1.0, "p99_ms": 1.0}, "publish_128": {"messages_per_s": 1.0}}
+        return {"goals": goals(ours, nats)}
+    verdicts = median_goals([round_with(1.6, 0.9), round_with(1.3, 1.2), round_with(1.2, 1.1)])
+    assert verdicts["log_1_p50"] == {"ours_over_nats": 1.3, "goal": "at most 1.4", "met": True,
+                                     "each_round": [1.6, 1.3, 1.2]}
+    assert verdicts["log_128"]["ours_over_nats"] == 1.1 and verdicts["log_128"]["met"] is True
+    assert "receive_ack" not in verdicts
