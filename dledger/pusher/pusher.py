@@ -75,6 +75,12 @@ class DLedgerEntryPusher:
         # term's own appends (in mark order) answer retries until committed.
         self.producers = self._new_table()
         self._term_appends: OrderedDict[tuple[str, int], AppendedRange] = OrderedDict()
+        # The producer marks this leader wrote in its term, by index, until
+        # applied: the table is fed from them instead of reading each back
+        # from the log as the commit reaches it (two reads and a CRC on the
+        # way of every answer). None once an append failed (then a mark may
+        # be in the log and not here: the log is read again until the next term).
+        self._marks_written: OrderedDict[int, bytes] | None = OrderedDict()
         member_state.add_listener(self._on_role_change)
 
     # ------------------------------------------------------------ lifecycle
@@ -195,6 +201,7 @@ class DLedgerEntryPusher:
     def _become_leader(self, term: int) -> None:
         self._leader_term = term
         self._term_appends.clear()
+        self._marks_written = OrderedDict()
         self.quorum.start_term(term)
         try:
             self._drop_torn_batch()
@@ -236,9 +243,15 @@ class DLedgerEntryPusher:
             return await self._wait_for_new(self.store.append_as_leader(bodies, ms.term, prepare=prepare,
                                                                         channel=channel), after_apply)
         mark = encode_mark(producer_id, sequence, len(bodies), int(time.time() * 1000))
-        placed = self.store.append_as_leader(
-            [mark, *bodies], ms.term, magics=[MAGIC_PRODUCER_MARK] + [MAGIC_NORMAL] * len(bodies),
-            prepare=None if prepare is None else lambda positions: prepare(positions[1:]), channel=channel)
+        try:
+            placed = self.store.append_as_leader(
+                [mark, *bodies], ms.term, magics=[MAGIC_PRODUCER_MARK] + [MAGIC_NORMAL] * len(bodies),
+                prepare=None if prepare is None else lambda positions: prepare(positions[1:]), channel=channel)
+        except BaseException:
+            self._marks_written = None   # written or not: the log says
+            raise
+        if self._marks_written is not None:
+            self._marks_written[placed[0][0]] = mark
         self._term_appends[(producer_id, sequence)] = AppendedRange(placed[1][0], placed[-1][0])
         return await self._wait_for_new(placed[1:], after_apply)
 
@@ -367,8 +380,17 @@ class DLedgerEntryPusher:
         start = table.applied_index + 1
         if committed < start:
             return
-        for index in store.indexes_with_magic(start, committed, MAGIC_PRODUCER_MARK):
-            table.apply_mark(index, decode_mark(store.get(index).body))
+        written = self._marks_written
+        if written is not None and self._leader_term == self.member_state.term and start > self._term_first_index:
+            # Every entry from `start` on is this leader's own: its marks are all here.
+            while written and next(iter(written)) <= committed:
+                index, mark = written.popitem(last=False)
+                table.apply_mark(index, decode_mark(mark))
+        else:
+            for index in store.indexes_with_magic(start, committed, MAGIC_PRODUCER_MARK):
+                table.apply_mark(index, decode_mark(store.get(index).body))
+            while written and next(iter(written)) <= committed:
+                written.popitem(last=False)
         table.advance(committed)
         while self._term_appends:
             key, appended = next(iter(self._term_appends.items()))

@@ -143,6 +143,30 @@ async def test_a_repeated_request_is_answered_with_the_original_indexes(cluster:
         assert user_bodies(cluster, node) == [b"a", b"b", b"c"]
 
 
+async def test_the_leader_feeds_its_table_the_marks_it_wrote_without_reading_them_back(cluster: Cluster,
+                                                                                       monkeypatch):
+    leader = cluster.servers[await cluster.wait_leader()]
+    await leader.append([b"first"], producer_id="p", sequence=0)    # past the start of the term
+    store, pusher = leader.store, leader.pusher
+    scans: list[tuple[int, int]] = []
+    real_scan = store.indexes_with_magic
+    monkeypatch.setattr(store, "indexes_with_magic", lambda start, end, magic: scans.append((start, end)) or
+                        real_scan(start, end, magic))
+    first, last, _ = await leader.append([b"a", b"b"], producer_id="p", sequence=1)
+    assert pusher.producers.lookup("p", 1) == AppendedRange(first, last) and not scans
+    assert not pusher._marks_written                                   # applied, and let go
+    # A failed append may have left a mark in the log and not in memory: the
+    # log is read again for the rest of the term.
+    monkeypatch.setattr(store, "append_as_leader", lambda *a, **k: (_ for _ in ()).throw(OSError("disk")))
+    with pytest.raises(OSError):
+        await leader.append([b"c"], producer_id="p", sequence=2)
+    monkeypatch.undo()
+    monkeypatch.setattr(store, "indexes_with_magic", lambda start, end, magic: scans.append((start, end)) or
+                        real_scan(start, end, magic))
+    first, last, _ = await leader.append([b"d"], producer_id="p", sequence=3)
+    assert pusher.producers.lookup("p", 3) == AppendedRange(first, last) and scans
+
+
 async def test_concurrent_copies_of_one_request_are_appended_once(cluster: Cluster):
     leader = cluster.servers[await cluster.wait_leader()]
     results = await asyncio.gather(*(leader.append([b"x"], producer_id="p", sequence=0) for _ in range(5)))
