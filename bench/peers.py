@@ -244,10 +244,13 @@ def goals(ours: dict[str, Any], nats: dict[str, Any]) -> dict[str, Any]:
     for name, mine, theirs, key, goal, sense in GOALS:
         if mine not in ours or theirs not in nats or not nats[theirs].get(key):
             continue
-        ratio = round(ours[mine][key] / nats[theirs][key], 3)
-        met = ratio <= goal if sense == "at most" else ratio >= goal
-        out[name] = {"ours_over_nats": ratio, "goal": f"{sense} {goal}", "met": met}
+        out[name] = verdict(round(ours[mine][key] / nats[theirs][key], 3), goal, sense)
     return out
+
+
+def verdict(ratio: float, goal: float, sense: str) -> dict[str, Any]:
+    met = ratio <= goal if sense == "at most" else ratio >= goal
+    return {"ours_over_nats": ratio, "goal": f"{sense} {goal}", "met": met}
 
 
 def median_goals(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -257,10 +260,8 @@ def median_goals(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         verdicts = [r["goals"][name] for r in rounds if name in r.get("goals", {})]
         if not verdicts:
             continue
-        ratio = round(statistics.median(v["ours_over_nats"] for v in verdicts), 3)
-        out[name] = {"ours_over_nats": ratio, "goal": f"{sense} {goal}",
-                     "met": ratio <= goal if sense == "at most" else ratio >= goal,
-                     "each_round": [v["ours_over_nats"] for v in verdicts]}
+        ratios = [v["ours_over_nats"] for v in verdicts]
+        out[name] = {**verdict(round(statistics.median(ratios), 3), goal, sense), "each_round": ratios}
     return out
 
 
@@ -281,11 +282,10 @@ async def main_async(args: argparse.Namespace) -> None:
     rounds = [await one_round(args) for _ in range(args.rounds)]
     report = rounds[0]
     if len(rounds) > 1:
+        terms = {f"{name} (round {i + 1})": term for i, r in enumerate(rounds)
+                 for name, term in r["stability"]["terms"].items()}
         report = {"size": args.size, "duration_s": args.duration, "consume_messages": args.consume_messages,
-                  "rounds": rounds, "goals": median_goals(rounds),
-                  "stability": {"elections": sum(r["stability"]["elections"] for r in rounds),
-                                "goal": "none while the workloads run",
-                                "met": all(r["stability"]["met"] for r in rounds)}}
+                  "rounds": rounds, "goals": median_goals(rounds), "stability": stability(terms)}
     print(json.dumps(report), flush=True)
 
 

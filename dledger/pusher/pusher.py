@@ -25,7 +25,7 @@ from dledger.member_state import MemberState, Role
 from dledger.membership import Membership, MembershipLog, learner_to_promote
 from dledger.pusher.dispatcher import EntryDispatcher
 from dledger.pusher.handler import EntryHandler
-from dledger.producer_table import AppendedRange, ProducerTable, Snapshot, decode_mark, encode_mark
+from dledger.producer_table import AppendedRange, Mark, ProducerTable, Snapshot, decode_mark, encode_mark
 from dledger.pusher.quorum import PendingAppend, QuorumAckChecker
 from dledger.tasks import start_task
 from dledger.transport import Transport
@@ -80,7 +80,7 @@ class DLedgerEntryPusher:
         # from the log as the commit reaches it (two reads and a CRC on the
         # way of every answer). None once an append failed (then a mark may
         # be in the log and not here: the log is read again until the next term).
-        self._marks_written: OrderedDict[int, bytes] | None = OrderedDict()
+        self._marks_written: OrderedDict[int, Mark] | None = OrderedDict()
         member_state.add_listener(self._on_role_change)
 
     # ------------------------------------------------------------ lifecycle
@@ -233,19 +233,20 @@ class DLedgerEntryPusher:
         positions before they are written; `channel` says who writes them
         (dledger/entry.py)."""
         self._check_can_append(len(bodies))
+        after_apply = channel != CHANNEL_LOG_API
         if producer_id:
             appended = self._appended_before(producer_id, sequence, retry_age_ms)
             if appended is not None:
-                return await self._wait_for(appended, channel != CHANNEL_LOG_API)
+                return await self._wait_for(appended, after_apply)
         ms = self.member_state
-        after_apply = channel != CHANNEL_LOG_API
         if not producer_id:
             return await self._wait_for_new(self.store.append_as_leader(bodies, ms.term, prepare=prepare,
                                                                         channel=channel), after_apply)
-        mark = encode_mark(producer_id, sequence, len(bodies), int(time.time() * 1000))
+        mark = Mark(producer_id, sequence, len(bodies), int(time.time() * 1000))
+        encoded = encode_mark(producer_id, sequence, mark.count, mark.written_ms)
         try:
             placed = self.store.append_as_leader(
-                [mark, *bodies], ms.term, magics=[MAGIC_PRODUCER_MARK] + [MAGIC_NORMAL] * len(bodies),
+                [encoded, *bodies], ms.term, magics=[MAGIC_PRODUCER_MARK] + [MAGIC_NORMAL] * len(bodies),
                 prepare=None if prepare is None else lambda positions: prepare(positions[1:]), channel=channel)
         except BaseException:
             self._marks_written = None   # written or not: the log says
@@ -381,16 +382,15 @@ class DLedgerEntryPusher:
         if committed < start:
             return
         written = self._marks_written
-        if written is not None and self._leader_term == self.member_state.term and start > self._term_first_index:
-            # Every entry from `start` on is this leader's own: its marks are all here.
-            while written and next(iter(written)) <= committed:
-                index, mark = written.popitem(last=False)
-                table.apply_mark(index, decode_mark(mark))
-        else:
+        # Every entry from `start` on this leader's own: its marks are all in `written`.
+        own = written is not None and self._leader_term == self.member_state.term and start > self._term_first_index
+        if not own:
             for index in store.indexes_with_magic(start, committed, MAGIC_PRODUCER_MARK):
                 table.apply_mark(index, decode_mark(store.get(index).body))
-            while written and next(iter(written)) <= committed:
-                written.popitem(last=False)
+        while written and next(iter(written)) <= committed:
+            index, mark = written.popitem(last=False)
+            if own:
+                table.apply_mark(index, mark)
         table.advance(committed)
         while self._term_appends:
             key, appended = next(iter(self._term_appends.items()))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 import grpc
+import pytest
 
 from cluster.process_cluster import free_ports
 from dledger.config import DLedgerConfig, PeerAddress
@@ -18,6 +19,7 @@ from dledger.rpc.peer_client import GrpcTransport
 from dledger.rpc.peer_link import PeerLinkServer
 from dledger.rpc.service import DLedgerServicer, add_dledger_service
 from dledger.server import DLedgerServer
+from dledger.transport import TransportError
 from rpcgen import dledger_pb2 as pb
 from tests.unit.raft_harness import FAST
 
@@ -112,9 +114,6 @@ async def overdue_push_beside_a_heartbeat(leader: Node, follower_id: str, last: 
     for the entries before it; the heartbeat sent after it on the same
     connection is answered first, and the push fails its caller with
     TransportError once its 0.2 s are up."""
-    import pytest
-
-    from dledger.transport import TransportError
     leader_id = leader.server.member_state.self_id
     header = pb.Header(group="default", remote_id=follower_id, local_id=leader_id, leader_id=leader_id,
                        term=leader.server.member_state.term)
