@@ -79,6 +79,11 @@ TUNING_FLAGS: list[tuple[str, str, str, str]] = [
      "serve leaders' pushes on a TCP link of their own (default true; false: on the gRPC port's stream)"),
     ("--peer-link-port", "peer_link_port", "PORT",
      "the peer link's port (default 0: any free port, told to leaders in heartbeat answers)"),
+    ("--client-link", "client_link_enabled", "true|false",
+     "serve log clients' appends on a TCP link of their own (default true; false: AppendStream only)"),
+    ("--client-link-port", "client_link_port", "PORT",
+     "the client link's port (default 0: any free port, told to clients in AppendStream answers; "
+     "behind a port mapping give a fixed one published as itself)"),
     ("--listen-address", "listen_address", "HOST:PORT",
      "where the gRPC port binds, when not this node's peer address (0.0.0.0:PORT in a container)"),
     # Security (README, "Security").

@@ -27,6 +27,7 @@ from dledger.rpc.credentials import ClientSecurity
 from dledger.status import NodeStatus
 
 if TYPE_CHECKING:
+    from dledger.rpc.client_link import ClientLinkServer
     from dledger.rpc.peer_client import GrpcTransport
 
 log = logging.getLogger(__name__)
@@ -202,6 +203,25 @@ class PeerPathCollector(Collector):
         yield links
 
 
+class ClientLinkCollector(Collector):
+    """Log clients' links to this node: open now, and the AppendStream
+    messages answered on them."""
+
+    def __init__(self, links: ClientLinkServer, group: str, self_id: str) -> None:
+        self._links = links
+        self._labels = [group, self_id]
+
+    def collect(self) -> Iterable[Metric]:
+        open_links = GaugeMetricFamily("dledger_client_links_open", "Log clients' links open to this node",
+                                       labels=["group", "self_id"])
+        open_links.add_metric(self._labels, len(self._links.connections))
+        yield open_links
+        appends = CounterMetricFamily("dledger_client_link_appends", "Append messages answered on client links",
+                                      labels=["group", "self_id"])
+        appends.add_metric(self._labels, self._links.appends)
+        yield appends
+
+
 class NodeMetrics:
     """One node's registry, observer and (optionally) HTTP endpoint.
 
@@ -242,6 +262,9 @@ class NodeMetrics:
 
     def bind_peer_transport(self, transport: GrpcTransport) -> None:
         self.registry.register(PeerPathCollector(transport, self.group, self.self_id))
+
+    def bind_client_links(self, links: ClientLinkServer) -> None:
+        self.registry.register(ClientLinkCollector(links, self.group, self.self_id))
 
     def bind_forwarding(self, counts: Callable[[], tuple[int, int, int]]) -> None:
         self.registry.register(ForwardingCollector(counts, self.group, self.self_id))

@@ -35,6 +35,7 @@ from dledger.tasks import set_crash_handler
 from dledger.config import DLedgerConfig
 from dledger.rpc import tls
 from dledger.rpc.peer_client import GrpcTransport
+from dledger.rpc.client_link import ClientLinkServer, server_tls_context
 from dledger.rpc.peer_link import PeerLinkServer, server_context
 from dledger.rpc.service import DLedgerServicer, add_dledger_service
 from dledger.server import DLedgerServer
@@ -46,6 +47,7 @@ from store.message_store import MessageStore
 from dledger.errors import CorruptLogError
 from store.errors import StoreError, StoreStartError
 from store.socket_address import SocketAddress
+from cluster.security.client_link_guard import credential_check
 from cluster.security.peer_guard import PeerOnlyGuard
 from broker.auth.guard import AccessGuard, AuthSettings
 from broker.auth.interceptor import AuthInterceptor
@@ -117,6 +119,8 @@ class Node:
         self.peer_server: grpc.aio.Server | None = None
         # Leaders' pushes on a TCP link of their own (dledger/rpc/peer_link.py).
         self.peer_links: PeerLinkServer | None = None
+        # Log clients' appends on a TCP link of their own (dledger/rpc/client_link.py).
+        self.client_links: ClientLinkServer | None = None
         # With front ends (BrokerConfig.front_ends): this node's, open while it does not lead.
         self.front_end: FrontEnd | None = None
         self.tls = tls.PLAINTEXT
@@ -142,6 +146,7 @@ class Node:
         servicer = DLedgerServicer(self.server, os.getpid(), config.metrics_address)
         self._build_servers(servicer, auth)
         await self._start_peer_links(auth)
+        await self._start_client_links(auth)
         try:
             await self.server.start()
         except CorruptLogError as error:
@@ -184,12 +189,13 @@ class Node:
         for service in HEALTH_SERVICES:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         log.info("node started: group=%s address=%s listen=%s peers=%s metrics=%s data_dir=%s flush=%s tls=%s "
-                 "loop=%s peer_link=%s pid=%d", config.group, config.self_peer.address, config.bind_address,
+                 "loop=%s peer_link=%s client_link=%s pid=%d", config.group, config.self_peer.address, config.bind_address,
                  ",".join(f"{p.id}={p.address}" for p in config.peers),
                  config.metrics_address or "-", config.data_dir, config.flush_mode.value,
                  ("mutual, clients on " + config.client_bind_address) if config.mutual_tls
                  else "on" if self.tls.enabled else "off", loop_name(),
-                 self.server.peer_link_port if self.peer_links is not None else "off", os.getpid())
+                 self.server.peer_link_port if self.peer_links is not None else "off",
+                 self.server.client_link_port if self.client_links is not None else "off", os.getpid())
         freeze_start_up_objects()
 
     def _add_relay(self, messaging: MessagingServicer) -> None:
@@ -260,6 +266,27 @@ class Node:
         except OSError as error:
             raise NodeStartError(f"cannot listen for peer links on {host}:{config.peer_link_port}: "
                                  f"{error.strerror}") from None
+
+    async def _start_client_links(self, auth: AuthSettings) -> None:
+        """The client link's port, on the host the client gRPC port binds;
+        TLS as that port's, the same credentials and ACL as its AppendStream."""
+        config = self.config
+        if not config.client_link_enabled:
+            return
+        assert self.server is not None
+        context = server_tls_context(config.tls_cert_file, config.tls_key_file) if self.tls.enabled else None
+        check = credential_check(lambda: self.guard) if auth.enabled else None
+        self.client_links = ClientLinkServer(self.server, check, context)
+        # Where the client gRPC port binds: its own address with mutual TLS,
+        # else the one port everything shares.
+        bind = config.client_bind_address if config.mutual_tls else config.bind_address
+        host = bind.rpartition(":")[0].strip("[]")
+        try:
+            self.server.client_link_port = await self.client_links.start(host, config.client_link_port)
+        except OSError as error:
+            raise NodeStartError(f"cannot listen for client links on {host}:{config.client_link_port}: "
+                                 f"{error.strerror}") from None
+        self.metrics.bind_client_links(self.client_links)
 
     async def _start_front_end(self, settings: BrokerConfig) -> None:
         address = settings.front_end_of(self.config.self_id)
@@ -337,6 +364,8 @@ class Node:
         await asyncio.gather(*(server.stop(self.grace_s) for server in self._servers))
         if self.peer_links is not None:
             await self.peer_links.stop()
+        if self.client_links is not None:
+            await self.client_links.stop()
         if self.broker is not None:
             await self.broker.stop()
         if self.store is not None:

@@ -196,6 +196,13 @@ class DLedgerConfig:
     # Leaders dial it through peer_routes like any peer address.
     peer_link_enabled: bool = True
     peer_link_port: int = 0
+    # The client link (dledger/rpc/client_link.py): log clients' appends on a
+    # TCP connection of their own rather than an AppendStream, served on the
+    # host of the client gRPC port at `client_link_port` (0: a free port the
+    # OS picks; AppendStream answers tell clients which). Behind a port
+    # mapping (docker) give a fixed port published as itself.
+    client_link_enabled: bool = True
+    client_link_port: int = 0
     # ---- served on the side, reported in Metadata
     metrics_address: str = ""
     # ---- membership (dledger/membership.py). `peers` is the configuration
@@ -303,6 +310,8 @@ class DLedgerConfig:
                              "(where clients reach each node) and, if needed, client_listen_address")
         if self.peer_link_port >= 65536:
             raise ValueError(f"peer_link_port {self.peer_link_port}: expected 0 (any free port) or 1..65535")
+        if not 0 <= self.client_link_port < 65536:
+            raise ValueError(f"client_link_port {self.client_link_port}: expected 0 (any free port) or 1..65535")
         if self.auth_enabled and not self.auth_super_secret_file:
             raise ValueError("auth_enabled needs auth_super_secret_file (the first super user's secret)")
         unknown = {p.id for p in self.advertised_addresses} - set(self.peer_ids)

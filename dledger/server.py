@@ -84,6 +84,9 @@ class DLedgerServer:
         # The port of this node's peer link (dledger/rpc/peer_link.py), told
         # to the leader in every heartbeat answer; 0: none.
         self.peer_link_port = 0
+        # The port of this node's client link (dledger/rpc/client_link.py),
+        # named in every AppendStream answer; 0: none.
+        self.client_link_port = 0
         self._end_at_last_verdict = -1   # the log's end when the pacer last asked (_replays_should_yield)
         self.read_pacer = ReadPacer(self._replays_should_yield, config.replay_floor_bytes_per_s,
                                     enabled=config.replay_yield_wait_share > 0 and self.cpu_contention.available)

@@ -313,20 +313,22 @@ class CallerOutcome(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ...) -> None: ...
 
 class AppendStreamResponse(_message.Message):
-    __slots__ = ("id", "header", "first_index", "last_index", "positions", "outcomes")
+    __slots__ = ("id", "header", "first_index", "last_index", "positions", "outcomes", "link_port")
     ID_FIELD_NUMBER: _ClassVar[int]
     HEADER_FIELD_NUMBER: _ClassVar[int]
     FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
     LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
     OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    LINK_PORT_FIELD_NUMBER: _ClassVar[int]
     id: int
     header: Header
     first_index: int
     last_index: int
     positions: _containers.RepeatedScalarFieldContainer[int]
     outcomes: _containers.RepeatedCompositeFieldContainer[CallerOutcome]
-    def __init__(self, id: _Optional[int] = ..., header: _Optional[_Union[Header, _Mapping]] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ..., outcomes: _Optional[_Iterable[_Union[CallerOutcome, _Mapping]]] = ...) -> None: ...
+    link_port: int
+    def __init__(self, id: _Optional[int] = ..., header: _Optional[_Union[Header, _Mapping]] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ..., outcomes: _Optional[_Iterable[_Union[CallerOutcome, _Mapping]]] = ..., link_port: _Optional[int] = ...) -> None: ...
 
 class Entry(_message.Message):
     __slots__ = ("index", "term", "pos", "magic", "body", "body_crc", "chain_crc", "channel")

@@ -76,6 +76,7 @@ async def answer_append(server: DLedgerServer, request: pb.AppendStreamRequest) 
 
     response = await answer("AppendStream", server.member_state, request.append, pb.AppendStreamResponse, append)
     response.id = request.id
+    response.link_port = server.client_link_port   # where the client may move its appends
     if response.header.code == ResponseCode.SUCCESS:
         next_index = response.first_index
         for number, count in enumerate(sizes):

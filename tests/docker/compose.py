@@ -113,9 +113,11 @@ class ComposeProject:
             override.write_text(json.dumps({"services": {node: {"environment": self.node_env}
                                                          for node in NODE_IDS}}, indent=2))
             self.command += ["--file", str(override)]
-        ports = free_ports(2 * len(NODE_IDS))
+        ports = free_ports(3 * len(NODE_IDS))
         self.ports = dict(zip(NODE_IDS, ports))
         self.metrics_ports = dict(zip(NODE_IDS, ports[len(NODE_IDS):]))
+        # Client links: each node's port, published as itself.
+        self.link_ports = dict(zip(NODE_IDS, ports[2 * len(NODE_IDS):]))
 
     @property
     def servers(self) -> list[str]:
@@ -126,6 +128,7 @@ class ComposeProject:
         for node in NODE_IDS:
             env[f"PYDLEDGER_{node.upper()}_PORT"] = str(self.ports[node])
             env[f"PYDLEDGER_{node.upper()}_METRICS_PORT"] = str(self.metrics_ports[node])
+            env[f"PYDLEDGER_{node.upper()}_LINK_PORT"] = str(self.link_ports[node])
         return run(*self.command, *args, env=env, timeout=timeout)
 
     def up(self) -> None:

@@ -222,10 +222,13 @@ async def test_compose_cluster_survives_a_killed_and_a_cut_off_leader(
         # The cut-off leader may have stored the append it could not commit:
         # its rejoin must have cut that entry away.
         entries = await check_replicas(client, produced + [meanwhile], absent={str(outcome["marker"]).encode()})
+        # The host client reached the leaders' client links through their published ports.
+        assert client.appends_by_path["link"] > 0, client.appends_by_path
     timings["test_s"] = time.monotonic() - started
     timings["total_s"] = timings["test_s"] + image.build_s
     uncertain = sum(len(p.uncertain) for p in produced + [meanwhile])
     report = {"killed": killed, "cut_off": cut, "entries": entries, "uncertain_appends": uncertain,
+              "appends_by_path": client.appends_by_path,
               "cut_off_append": outcome["error"],
               **{name: round(seconds, 2) for name, seconds in timings.items()}}
     with capsys.disabled():

@@ -40,6 +40,14 @@ async def test_a_tls_cluster_elects_commits_and_refuses_plaintext(tmp_path: Path
             result = await client.append([b"over tls"])
             entry = await client.get(result.first_index)
             assert entry.body == b"over tls"
+            # The client link is TLS with the node's certificate too.
+            for _ in range(100):
+                result = await client.append([b"over the tls link"])
+                if client.appends_by_path["link"]:
+                    break
+                await asyncio.sleep(0.02)
+            assert client.appends_by_path["link"], client.appends_by_path
+            assert (await client.get(result.first_index)).body == b"over the tls link"
         # The container health check speaks TLS when given the CA, and needs no credentials.
         from cluster.healthcheck import check
         assert check(addresses[0], ca=security.ca) == (True, f"{addresses[0]}: SERVING")
