@@ -61,12 +61,13 @@ def percentile(ordered: list[float], fraction: float) -> float:
 
 
 async def bench_append(servers: list[str] | str, size: int, inflight: int, duration_s: float,
-                       batch: int = 1, group: str = "default", coalesce: bool = True) -> BenchResult:
+                       batch: int = 1, group: str = "default", coalesce: bool = True,
+                       links: bool = True) -> BenchResult:
     if size < 0 or inflight < 1 or batch < 1 or duration_s <= 0:
         raise ValueError("need --size >= 0, --inflight >= 1, --batch >= 1, --duration > 0")
     bodies = [os.urandom(size) for _ in range(batch)]
     result = BenchResult(size, inflight, batch, 0.0, 0)
-    async with DLedgerClient(servers, group, coalesce=coalesce) as client:
+    async with DLedgerClient(servers, group, coalesce=coalesce, links=links) as client:
         await client.leader()  # find it before the clock starts
         start = time.perf_counter()
         stop_at = start + duration_s

@@ -164,7 +164,7 @@ async def cmd_bench_append(args: argparse.Namespace) -> int:
     from cluster.bench import bench_append, report_errors
 
     result = await bench_append(args.servers, args.size, args.inflight, args.duration,
-                                args.batch, args.group, coalesce=not args.no_coalesce)
+                                args.batch, args.group, coalesce=not args.no_coalesce, links=not args.no_link)
     report_errors(result)
     line = result.to_json()
     print(dumps(line) if args.json else " ".join(f"{k}={v}" for k, v in line.items()))
@@ -376,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
                               help="entries per call (default 1)")
     bench_append.add_argument("--no-coalesce", action="store_true",
                               help="one Append RPC per call (by default the client coalesces concurrent calls)")
+    bench_append.add_argument("--no-link", action="store_true",
+                              help="appends on AppendStream only (by default they move to the leader's client link)")
     bench_append.set_defaults(run=cmd_bench_append)
     broker_cli.add_bench_commands(bench_commands)
 
