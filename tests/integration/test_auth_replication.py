@@ -20,12 +20,11 @@ from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
 from rpcgen.pydledger.auth.v1 import auth_pb2 as apb
-from rpcgen.pydledger.auth.v1 import auth_pb2_grpc
 from rpcgen.pydledger.relay.v1 import relay_pb2, relay_pb2_grpc
+from tests.integration.auth_helpers import ADMIN, auth_call, auth_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
-ADMIN = ClientSecurity(user="admin", secret="admin-secret-0123")
 CAROL = ClientSecurity(user="carol", secret="carol-secret-1")
 DAVE = ClientSecurity(user="dave", secret="dave-secret-22")
 ROUTE = spb.QueryRouteRequest(topic=pb.Resource(name="Ledger"), endpoints=pb.Endpoints(
@@ -37,11 +36,6 @@ async def route_code(address: str, security: ClientSecurity) -> int:
         response = await service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
             ROUTE, metadata=[("x-mq-client-id", "replication-test")], timeout=5)
     return response.status.code
-
-
-async def auth_call(address: str, method: str, request: object) -> object:
-    async with ADMIN.channel(address) as channel:
-        return await getattr(auth_pb2_grpc.AuthServiceStub(channel), method)(request, timeout=10)
 
 
 async def wait_all(cluster: ProcessCluster, security: ClientSecurity, code: int, within: float) -> float:
@@ -90,9 +84,7 @@ async def relay_is_for_members_and_checks_each_call(leader: str) -> None:
 
 
 async def test_users_and_acls_survive_failover_and_restart_and_removal_is_quick(tmp_path: Path) -> None:
-    (tmp_path / "admin.secret").write_text(ADMIN.secret)
-    cluster = ProcessCluster(tmp_path / "nodes", extra_args=[
-        "--auth-enabled", "true", "--auth-super-secret-file", str(tmp_path / "admin.secret")])
+    cluster = auth_cluster(tmp_path)
     cluster.start()
     try:
         addresses = list(cluster.addresses.values())

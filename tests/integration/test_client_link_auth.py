@@ -11,32 +11,24 @@ from pathlib import Path
 
 import pytest
 
-from cluster.process_cluster import ProcessCluster, find_leader
+from cluster.process_cluster import find_leader
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.rpc.client_link import open_client_link
 from dledger.rpc.credentials import ClientSecurity
 from dledger.rpc.link import LinkRefused
 from rpcgen.pydledger.auth.v1 import auth_pb2 as apb
-from rpcgen.pydledger.auth.v1 import auth_pb2_grpc
+from tests.integration.auth_helpers import ADMIN, auth_call, auth_cluster
 from tests.metrics_scrape import counter_total
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-ADMIN = ClientSecurity(user="admin", secret="admin-secret-0123")
 WRITER = ClientSecurity(user="writer", secret="writer-secret-1")    # Pub and Sub on the Cluster
 READER = ClientSecurity(user="reader", secret="reader-secret-22")   # Sub only
 
 
-async def auth_call(address: str, method: str, request: object) -> object:
-    async with ADMIN.channel(address) as channel:
-        return await getattr(auth_pb2_grpc.AuthServiceStub(channel), method)(request, timeout=10)
-
-
 async def test_a_link_opens_only_for_credentials_that_may_append(tmp_path: Path) -> None:
-    (tmp_path / "admin.secret").write_text(ADMIN.secret)
-    cluster = ProcessCluster(tmp_path / "nodes", metrics=True, extra_args=[
-        "--auth-enabled", "true", "--auth-super-secret-file", str(tmp_path / "admin.secret")])
+    cluster = auth_cluster(tmp_path, metrics=True)
     cluster.start()
     try:
         addresses = list(cluster.addresses.values())
