@@ -92,6 +92,31 @@ def configure_logging(node_id: str, level: str = "INFO") -> None:
     root.setLevel(level.upper())
 
 
+# The youngest generation is collected after this many net allocations of
+# tracked objects (Python's default: 700). Most of what a node allocates dies
+# by reference counting within a request, so a young collection walks about
+# the objects of the requests in flight however often it runs: running it 14
+# times less often does 14 times less of that walking, and the older
+# generations, whose collections follow from the young ones', run as much
+# less often. Measured on a leader (a sitecustomize probe timing each
+# collection through gc.callbacks; send 16 x 64, two pairs alternated): the
+# collector 8.3-9.6 us of CPU per message sent with 700, 1.0-1.5 us with
+# 10,000, the leader 128-144 against 121-128 us per message, and full
+# collections (18 ms each on that machine, the event loop stopped) 5 against
+# none in the runs. What it costs is up to that many more objects of cyclic
+# garbage waiting for their collection.
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def tune_collector() -> bool:
+    """Collect the youngest generation every GC_YOUNG_THRESHOLD allocations;
+    PYDLEDGER_GC_TUNING=0 keeps Python's thresholds. Whether it was set."""
+    if os.environ.get("PYDLEDGER_GC_TUNING", "1") == "0":
+        return False
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    return True
+
+
 def freeze_start_up_objects() -> None:
     """What the start-up made (modules, classes, functions, servers, the
     state loaded from files) lives as long as the process: moved out of the
@@ -197,6 +222,7 @@ class Node:
                  self.server.peer_link_port if self.peer_links is not None else "off",
                  self.server.client_link_port if self.client_links is not None else "off", os.getpid())
         freeze_start_up_objects()
+        tune_collector()
 
     def _add_relay(self, messaging: MessagingServicer) -> None:
         """The relay of forwarded calls (broker/relay.py) on the port that
