@@ -54,7 +54,7 @@ from dledger.errors import DLedgerError, ResponseCode
 from dledger.rpc.channel import channel_options
 from dledger.rpc.client_link import ClientLink, client_tls_context, open_client_link
 from dledger.rpc.credentials import ClientSecurity
-from dledger.rpc.link import LinkRefused
+from dledger.rpc.link import MAX_FRAME_BYTES, LinkRefused
 from dledger.rpc.request_stream import RequestStream, StreamFailure
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
@@ -116,6 +116,10 @@ MAX_COALESCED_BYTES = 4 << 20
 LINK_RETRY_S = 5.0
 LINK_REFUSED_RETRY_S = 60.0
 LINK_DIAL_TIMEOUT_S = 2.0
+# The bodies one message may carry on a link: its frames' limit, less room
+# for the message's own fields. A larger append (up to the gRPC limit,
+# MAX_MESSAGE_BYTES) goes on AppendStream.
+LINK_MAX_PAYLOAD_BYTES = MAX_FRAME_BYTES - (1 << 20)
 
 R = TypeVar("R")
 Stub = dledger_pb2_grpc.DLedgerServiceStub
@@ -406,6 +410,7 @@ class DLedgerClient:
         append.producer_id = self.producer_id
         append.sequence = sequence if self.producer_id else -1
         first_sent: list[float] = []
+        fits_a_link = sum(map(len, bodies)) <= LINK_MAX_PAYLOAD_BYTES
 
         async def call(stub: Stub) -> pb.AppendStreamResponse:
             # Every attempt after the first is a retry: the leader recognises
@@ -414,7 +419,7 @@ class DLedgerClient:
                 append.retry_age_ms = max(1, int((time.monotonic() - first_sent[0]) * 1000))
             else:
                 first_sent.append(time.monotonic())
-            link = self._links.get(stub)
+            link = self._links.get(stub) if fits_a_link else None
             if link is not None:
                 self.appends_by_path["link"] += 1
                 try:

@@ -210,3 +210,22 @@ async def test_a_listener_stops_reading_a_connection_with_too_many_requests_wait
         link.close("done")
     finally:
         await server.stop()
+
+
+async def test_an_append_larger_than_a_links_frame_goes_on_the_stream(tmp_path, monkeypatch):
+    monkeypatch.setattr(client_module, "LINK_MAX_PAYLOAD_BYTES", 1000)
+    nodes = await start_cluster(tmp_path)
+    links = await _serve_client_links(nodes)
+    try:
+        await wait_for(lambda: leader_of(nodes) is not None)
+        async with DLedgerClient([n.address for n in nodes.values()]) as client:
+            await _append_until_linked(client)
+            before = dict(client.appends_by_path)
+            result = await client.append([b"x" * 600, b"y" * 600])   # 1,200 bytes: over the link's 1,000
+            assert client.appends_by_path["stream"] == before["stream"] + 1
+            assert client.appends_by_path["link"] == before["link"]
+            assert (await client.get(result.last_index)).body == b"y" * 600
+            await client.append([b"z" * 600])
+            assert client.appends_by_path["link"] == before["link"] + 1
+    finally:
+        await _stop(nodes, links)
