@@ -54,7 +54,8 @@ from dledger.errors import DLedgerError, ResponseCode
 from dledger.rpc.channel import channel_options
 from dledger.rpc.client_link import ClientLink, client_tls_context, open_client_link
 from dledger.rpc.credentials import ClientSecurity
-from dledger.rpc.link import MAX_FRAME_BYTES, LinkRefused
+from dledger.rpc.link import (LINK_DIAL_TIMEOUT_S, LINK_REFUSED_RETRY_S, LINK_RETRY_S, MAX_FRAME_BYTES,
+                              LinkDialer)
 from dledger.rpc.request_stream import RequestStream, StreamFailure
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
@@ -110,12 +111,6 @@ MAX_INFLIGHT_APPENDS = 4
 MAX_COALESCED_ENTRIES = 2000
 MAX_COALESCED_BYTES = 4 << 20
 
-# A client link that cannot be dialed (the port filtered, the node down)
-# leaves appends on AppendStream this long before it is tried again; a
-# refused one (credentials, ACL, another group) is retried less often.
-LINK_RETRY_S = 5.0
-LINK_REFUSED_RETRY_S = 60.0
-LINK_DIAL_TIMEOUT_S = 2.0
 # The bodies one message may carry on a link: its frames' limit, less room
 # for the message's own fields. A larger append (up to the gRPC limit,
 # MAX_MESSAGE_BYTES) goes on AppendStream.
@@ -263,9 +258,9 @@ class DLedgerClient:
         self._unary_append_stubs: set[Stub] = set()   # servers of an earlier version, without AppendStream
         # Client links (dledger/rpc/client_link.py), by the server's stub.
         self.links = links
-        self._links: dict[Stub, ClientLink] = {}
-        self._link_dials: dict[Stub, asyncio.Task[ClientLink]] = {}
-        self._link_off_until: dict[Stub, float] = {}
+        self._dialer: LinkDialer[Stub, ClientLink] = LinkDialer("client link", "AppendStream", LINK_RETRY_S,
+                                                                LINK_REFUSED_RETRY_S)
+        self._links = self._dialer.links
         self._link_context: ssl.SSLContext | None = None
         self._client_id = self.producer_id or uuid.uuid4().hex   # names the client in a link's hello
         # Append messages sent, by the path they took (tests, benchmarks).
@@ -294,11 +289,7 @@ class DLedgerClient:
             self._linger = None
         for stream in list(self._append_streams.values()):
             stream.close("the client was closed")
-        for link in list(self._links.values()):
-            link.close("the client was closed")
-        for dialing in list(self._link_dials.values()):
-            dialing.cancel()
-        await asyncio.gather(*self._link_dials.values(), return_exceptions=True)
+        await self._dialer.close("the client was closed")
         for task in list(self._append_tasks):
             task.cancel()
         await asyncio.gather(*self._append_tasks, return_exceptions=True)
@@ -468,43 +459,18 @@ class DLedgerClient:
         background (no append waits for a dial), unless one is open, being
         dialed, or resting after a failed dial."""
         if (not self.links or not response.link_port or response.header.code != ResponseCode.SUCCESS
-                or stub in self._links or stub in self._link_dials
-                or time.monotonic() < self._link_off_until.get(stub, 0.0)):
+                or not self._dialer.may_dial(stub)):
             return
-        host = self._addresses[stub].rpartition(":")[0]
+        server = self._addresses[stub]
+        host = server.rpartition(":")[0]
         address = f"{host}:{response.link_port}"
         if self.security.ca and self._link_context is None:
             self._link_context = client_tls_context(self.security.ca)
         signing = (self.security.user, self.security.secret) if self.security.user else None
-
-        def forget(broken: ClientLink) -> None:
-            if self._links.get(stub) is broken:
-                del self._links[stub]
-
-        task = asyncio.get_running_loop().create_task(open_client_link(
+        # Kept once dialed unless the client was closed meanwhile.
+        self._dialer.dial(stub, server, address, lambda on_broken: open_client_link(
             address, host.strip("[]"), self.group, self._client_id, signing, self._link_context,
-            LINK_DIAL_TIMEOUT_S, forget))
-        self._link_dials[stub] = task
-        task.add_done_callback(lambda done: self._link_dialed(stub, address, done))
-
-    def _link_dialed(self, stub: Stub, address: str, task: asyncio.Task[ClientLink]) -> None:
-        if self._link_dials.get(stub) is task:
-            del self._link_dials[stub]
-        if task.cancelled():
-            return
-        error = task.exception()
-        if error is None:
-            link = task.result()
-            if link.broken is None and stub in self._addresses:
-                self._links[stub] = link
-            else:
-                link.close("the client was closed while the link was dialed")
-            return
-        refused = isinstance(error, LinkRefused)
-        retry_s = LINK_REFUSED_RETRY_S if refused else LINK_RETRY_S
-        self._link_off_until[stub] = time.monotonic() + retry_s
-        (log.warning if refused else log.info)("client link at %s: %s; AppendStream for %.0fs", address,
-                                               str(error) or type(error).__name__, retry_s)
+            LINK_DIAL_TIMEOUT_S, on_broken), lambda: stub in self._addresses)
 
     async def append_one(self, body: bytes) -> AppendResult:
         return await self.append([body])

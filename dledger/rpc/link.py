@@ -23,7 +23,8 @@ answers with a random nonce, its group and id; the dialer checks the group
 and sends its hello again, with credentials when it has them: a user and an
 HMAC-SHA256 of the nonce, the group and its id keyed by that user's secret;
 the listener accepts or names its reason and closes. What a listener
-accepts is its own (LinkServer.refusal).
+accepts is its own (LinkServer.refusal). An owner keeps its links in a
+LinkDialer: dialed in the background, resting after a failed dial.
 """
 from __future__ import annotations
 
@@ -34,9 +35,10 @@ import logging
 import os
 import ssl
 import struct
+import time
 from abc import ABC, abstractmethod
 from collections import deque
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
 
 from dledger.rpc.request_stream import AnsweredById
 from rpcgen import dledger_pb2 as pb
@@ -58,6 +60,12 @@ HELLO_TIMEOUT_S = 5.0
 # as HTTP/2 flow control holds back a gRPC stream's sender. Far above what a
 # leader (max_inflight_pushes_per_peer) or a client (4 appends) keeps in flight.
 MAX_REQUESTS_IN_FLIGHT = 256
+# A link that cannot be dialed (the port filtered, the node down) leaves its
+# owner on its gRPC stream this long before it is dialed again; a refused one
+# (another group, wrong credentials: a configuration error) longer.
+LINK_RETRY_S = 5.0
+LINK_REFUSED_RETRY_S = 60.0
+LINK_DIAL_TIMEOUT_S = 2.0
 
 
 class FrameError(Exception):
@@ -201,6 +209,83 @@ async def _handshake_frame(protocol: _DialerProtocol) -> bytes:
     return body
 
 
+Key = TypeVar("Key", bound=Hashable)
+
+
+class LinkDialer(Generic[Key, LinkT]):
+    """An owner's open links, one per key (a peer, a server), each dialed in
+    the background: never while a request waits, so a link that cannot be
+    reached costs no request more than the gRPC stream's time. A failed dial
+    rests its key `retry_s`, a refused one `refused_retry_s`."""
+
+    def __init__(self, kind: str, fallback: str, retry_s: float, refused_retry_s: float) -> None:
+        self.kind, self.fallback = kind, fallback   # for log lines: "peer link", "PeerStream"
+        self.retry_s, self.refused_retry_s = retry_s, refused_retry_s
+        self.links: dict[Key, LinkT] = {}
+        self.dialing: dict[Key, asyncio.Task[LinkT]] = {}
+        self.off_until: dict[Key, float] = {}
+        # Dials by outcome: opened, failed (cannot connect, no answer),
+        # refused (another group, wrong credentials: a configuration error).
+        self.dials = {"opened": 0, "failed": 0, "refused": 0}
+
+    def may_dial(self, key: Key) -> bool:
+        """No link for `key`, none being dialed, and not resting."""
+        return key not in self.links and key not in self.dialing and \
+            time.monotonic() >= self.off_until.get(key, 0.0)
+
+    def dial(self, key: Key, name: str, address: str, opener: Callable[[Callable[[LinkT], None]], Awaitable[LinkT]],
+             still_wanted: Callable[[], bool]) -> None:
+        """Start `opener(on_broken)` for `key` (after may_dial); the link
+        it opens is kept if `still_wanted()` then."""
+        task = asyncio.get_running_loop().create_task(opener(self._forget(key)))
+        self.dialing[key] = task
+        task.add_done_callback(lambda done: self._dialed(key, name, address, done, still_wanted))
+
+    def _dialed(self, key: Key, name: str, address: str, task: asyncio.Task[LinkT],
+                still_wanted: Callable[[], bool]) -> None:
+        if self.dialing.get(key) is task:
+            del self.dialing[key]
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            link = task.result()
+            if link.broken is None and still_wanted():
+                self.links[key] = link
+                self.dials["opened"] += 1
+                log.info("%s to %s at %s", self.kind, name, address)
+            else:
+                link.close("no longer wanted once dialed")
+            return
+        refused = isinstance(error, LinkRefused)
+        self.dials["refused" if refused else "failed"] += 1
+        retry_s = self.refused_retry_s if refused else self.retry_s
+        self.off_until[key] = time.monotonic() + retry_s
+        (log.warning if refused else log.info)("%s to %s at %s: %s; %s for %.0fs", self.kind, name, address,
+                                               str(error) or type(error).__name__, self.fallback, retry_s)
+
+    def _forget(self, key: Key) -> Callable[[LinkT], None]:
+        """The link's on_broken: it leaves `links`, unless already replaced."""
+        def forget(broken: LinkT) -> None:
+            if self.links.get(key) is broken:
+                del self.links[key]
+        return forget
+
+    def drop(self, key: Key, why: str) -> None:
+        link = self.links.pop(key, None)
+        if link is not None:
+            link.close(why)
+
+    async def close(self, why: str) -> None:
+        """Close every link and stop every dial."""
+        for key in list(self.links):
+            self.drop(key, why)
+        dials = list(self.dialing.values())
+        for dialing in dials:
+            dialing.cancel()
+        await asyncio.gather(*dials, return_exceptions=True)
+
+
 # ---------------------------------------------------------------- listener
 class LinkServer(ABC, Generic[Req, Resp]):
     """The listening end: accepts links whose hello `refusal` accepts, answers
@@ -277,9 +362,12 @@ class _ListenerProtocol(asyncio.Protocol):
                     self._greet(pb.PeerLinkHello.FromString(body))
             self._start_backlog()
         except Exception as error:  # malformed: drop the link, the dialer dials again
-            log.warning("%s from %s dropped: a malformed frame (%s: %s)", self.owner.kind,
-                        self.dialer or "an unknown dialer", type(error).__name__, error)
-            self.drop()
+            self._malformed(error)
+
+    def _malformed(self, error: Exception) -> None:
+        log.warning("%s from %s dropped: a malformed frame (%s: %s)", self.owner.kind,
+                    self.dialer or "an unknown dialer", type(error).__name__, error)
+        self.drop()
 
     def _challenge(self, opening: pb.PeerLinkHello) -> None:
         group, node_id = self.owner.group_and_id()
@@ -322,9 +410,7 @@ class _ListenerProtocol(asyncio.Protocol):
             try:
                 self._start_backlog()
             except Exception as error:   # a malformed request met late: as in data_received
-                log.warning("%s from %s dropped: a malformed frame (%s: %s)", self.owner.kind,
-                            self.dialer or "an unknown dialer", type(error).__name__, error)
-                self.drop()
+                self._malformed(error)
 
     async def _answer_one(self, request: Any) -> None:
         response = await self.owner.respond(request)

@@ -18,6 +18,7 @@ from dledger.rpc import tls
 from dledger.rpc.channel import channel_options
 from dledger.rpc.credentials import signing_interceptors
 from dledger.rpc import peer_link
+from dledger.rpc.link import LINK_DIAL_TIMEOUT_S, LINK_REFUSED_RETRY_S, LINK_RETRY_S, LinkDialer
 from dledger.rpc.request_stream import RequestStream, StreamFailure
 from dledger.transport import TransportError
 from rpcgen import dledger_pb2 as pb
@@ -41,13 +42,6 @@ RETIRED_CHANNEL_GRACE_S = 2.0
 # long (it may have been upgraded meanwhile). A rolling upgrade thus mixes
 # versions without a stop.
 UNARY_FALLBACK_S = 30.0
-# A link that cannot be dialed (the peer down, its port filtered) leaves the
-# peer on PeerStream this long before the link is tried again; a link the
-# peer refused (another group, wrong credentials) is a configuration error,
-# retried less often (and logged).
-LINK_RETRY_S = 5.0
-LINK_REFUSED_RETRY_S = 60.0
-LINK_DIAL_TIMEOUT_S = 2.0
 
 
 class GrpcTransport:
@@ -71,14 +65,13 @@ class GrpcTransport:
         self._link_context = (peer_link.client_context(config.tls_cert_file, config.tls_key_file,
                                                        config.peer_tls_ca_file) if config.mutual_tls else None)
         self._link_ports: dict[str, int] = {}          # learnt from heartbeat answers
-        self._links: dict[str, peer_link.PeerLink] = {}
-        self._dialing: dict[str, asyncio.Task[peer_link.PeerLink]] = {}
-        self._link_off_until: dict[str, float] = {}
+        self._dialer: LinkDialer[str, peer_link.PeerLink] = LinkDialer("peer link", "PeerStream", LINK_RETRY_S,
+                                                                       LINK_REFUSED_RETRY_S)
+        self._links, self._dialing = self._dialer.links, self._dialer.dialing
+        self._link_off_until = self._dialer.off_until
         # Pushes and heartbeats sent, by the path they took (metrics, tests).
         self.requests_by_path = {"link": 0, "stream": 0, "unary": 0}
-        # Link dials by outcome: opened, failed (cannot connect, no answer),
-        # refused (another group, wrong credentials: a configuration error).
-        self.link_dials = {"opened": 0, "failed": 0, "refused": 0}
+        self.link_dials = self._dialer.dials   # by outcome (metrics)
         for peer_id in self._addresses:
             self._open(peer_id)
 
@@ -158,19 +151,15 @@ class GrpcTransport:
         link that cannot be reached costs no request more than PeerStream's
         time), and once open carries every request after."""
         link = self._links.get(peer_id)
-        if link is not None or peer_id in self._dialing:
+        if link is not None or not self._dialer.may_dial(peer_id):
             return link
-        if time.monotonic() < self._link_off_until.get(peer_id, 0.0):
-            return None
         address = self._link_address(peer_id)
         if address is None:
             return None
         host = self._addresses.get(peer_id, "").rpartition(":")[0].strip("[]")
-        task = asyncio.get_running_loop().create_task(peer_link.open_link(
+        self._dialer.dial(peer_id, peer_id, address, lambda on_broken: peer_link.open_link(
             address, host, self._group, self._self_id, self._signing, self._link_context, LINK_DIAL_TIMEOUT_S,
-            self._forget(self._links, peer_id)))
-        self._dialing[peer_id] = task
-        task.add_done_callback(lambda done: self._dialed(peer_id, address, done))
+            on_broken), lambda: self._link_address(peer_id) == address)
         return None
 
     async def _link_request(self, peer_id: str, link: peer_link.PeerLink, request: pb.PeerStreamRequest,
@@ -182,28 +171,6 @@ class GrpcTransport:
             raise TransportError(f"peer link: {failure}") from None
         self._failing_since.pop(peer_id, None)
         return response
-
-    def _dialed(self, peer_id: str, address: str, task: asyncio.Task[peer_link.PeerLink]) -> None:
-        if self._dialing.get(peer_id) is task:
-            del self._dialing[peer_id]
-        if task.cancelled():
-            return
-        error = task.exception()
-        if error is None:
-            link = task.result()
-            if link.broken is None and self._link_address(peer_id) == address:
-                self._links[peer_id] = link
-                self.link_dials["opened"] += 1
-                log.info("peer link to %s at %s", peer_id, address)
-            else:
-                link.close("the peer's link moved while it was dialed")
-            return
-        refused = isinstance(error, peer_link.LinkRefused)
-        self.link_dials["refused" if refused else "failed"] += 1
-        retry_s = LINK_REFUSED_RETRY_S if refused else LINK_RETRY_S
-        self._link_off_until[peer_id] = time.monotonic() + retry_s
-        (log.warning if refused else log.info)("peer link to %s at %s: %s; PeerStream for %.0fs", peer_id,
-                                               address, str(error) or type(error).__name__, retry_s)
 
     @staticmethod
     def _forget(table: dict[str, Any], peer_id: str) -> Callable[[Any], None]:
@@ -221,7 +188,7 @@ class GrpcTransport:
             held.close(why)
 
     def _drop_link(self, peer_id: str, why: str) -> None:
-        self._drop(self._links, peer_id, why)
+        self._dialer.drop(peer_id, why)
 
     def _drop_stream(self, peer_id: str, why: str) -> None:
         self._drop(self._streams, peer_id, why)
@@ -313,10 +280,7 @@ class GrpcTransport:
     async def close(self) -> None:
         for peer_id in list(self._streams):
             self._drop_stream(peer_id, "the transport was closed")
-        for peer_id in list(self._links):
-            self._drop_link(peer_id, "the transport was closed")
-        for task in list(self._dialing.values()):
-            task.cancel()
+        await self._dialer.close("the transport was closed")
         for channel in self._channels.values():
             await channel.close()
         if self._closing:

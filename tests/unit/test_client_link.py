@@ -13,6 +13,7 @@ further until answers drain.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -35,6 +36,18 @@ async def _serve_client_links(nodes, check=None):  # noqa: ANN001, ANN202
     return servers
 
 
+@contextlib.asynccontextmanager
+async def _cluster_with_links(tmp_path, check=None):  # noqa: ANN001, ANN202
+    """Three nodes, each serving a client link, once one leads."""
+    nodes = await start_cluster(tmp_path)
+    links = await _serve_client_links(nodes, check)
+    try:
+        await wait_for(lambda: leader_of(nodes) is not None)
+        yield nodes, links
+    finally:
+        await _stop(nodes, links)
+
+
 async def _stop(nodes, links) -> None:  # noqa: ANN001
     for link_server in links.values():
         await link_server.stop()
@@ -51,10 +64,7 @@ async def _append_until_linked(client: DLedgerClient, tries: int = 100) -> None:
 
 
 async def test_appends_move_to_the_leaders_link_once_an_answer_names_it(tmp_path):
-    nodes = await start_cluster(tmp_path)
-    links = await _serve_client_links(nodes)
-    try:
-        await wait_for(lambda: leader_of(nodes) is not None)
+    async with _cluster_with_links(tmp_path) as (nodes, links):
         leader = leader_of(nodes)
         async with DLedgerClient([n.address for n in nodes.values()]) as client:
             await _append_until_linked(client)
@@ -65,8 +75,6 @@ async def test_appends_move_to_the_leaders_link_once_an_answer_names_it(tmp_path
             assert links[leader].appends >= 1 and len(links[leader].connections) == 1
             for i, result in enumerate(results):
                 assert (await client.get(result.first_index)).body == f"body {i}".encode()
-    finally:
-        await _stop(nodes, links)
 
 
 async def test_a_refused_link_leaves_the_client_on_append_stream(tmp_path):
@@ -76,10 +84,7 @@ async def test_a_refused_link_leaves_the_client_on_append_stream(tmp_path):
         refusals.append(hello.sender_id)
         return "not today"
 
-    nodes = await start_cluster(tmp_path)
-    links = await _serve_client_links(nodes, refuse)
-    try:
-        await wait_for(lambda: leader_of(nodes) is not None)
+    async with _cluster_with_links(tmp_path, refuse) as (nodes, links):
         async with DLedgerClient([n.address for n in nodes.values()]) as client:
             for _ in range(20):
                 await client.append([b"x"])
@@ -92,16 +97,11 @@ async def test_a_refused_link_leaves_the_client_on_append_stream(tmp_path):
             with pytest.raises(LinkRefused, match="of group 'default', not of 'other'"):
                 await open_client_link(f"127.0.0.1:{nodes[leader_of(nodes)].server.client_link_port}",
                                        "127.0.0.1", "other", "me", None, None, 2.0, lambda link: None)
-    finally:
-        await _stop(nodes, links)
 
 
 async def test_a_link_that_cannot_be_dialed_costs_no_append(tmp_path, monkeypatch):
     monkeypatch.setattr(client_module, "LINK_RETRY_S", 0.2)
-    nodes = await start_cluster(tmp_path)
-    links = await _serve_client_links(nodes)
-    try:
-        await wait_for(lambda: leader_of(nodes) is not None)
+    async with _cluster_with_links(tmp_path) as (nodes, links):
         leader = leader_of(nodes)
         port = nodes[leader].server.client_link_port
         await links[leader].stop()   # the node still names its port: down, not gone
@@ -112,8 +112,6 @@ async def test_a_link_that_cannot_be_dialed_costs_no_append(tmp_path, monkeypatc
             links[leader] = ClientLinkServer(nodes[leader].server, None, None)
             await links[leader].start("127.0.0.1", port)
             await _append_until_linked(client)
-    finally:
-        await _stop(nodes, links)
 
 
 async def test_a_leader_that_dies_under_its_link_loses_and_doubles_nothing(tmp_path):
@@ -146,10 +144,7 @@ async def test_a_leader_that_dies_under_its_link_loses_and_doubles_nothing(tmp_p
 
 
 async def test_a_followers_link_redirects_and_a_malformed_frame_drops_only_its_connection(tmp_path):
-    nodes = await start_cluster(tmp_path)
-    links = await _serve_client_links(nodes)
-    try:
-        await wait_for(lambda: leader_of(nodes) is not None)
+    async with _cluster_with_links(tmp_path) as (nodes, links):
         follower = next(n for n in nodes if n != leader_of(nodes))
         link = await open_client_link(f"127.0.0.1:{nodes[follower].server.client_link_port}", "127.0.0.1",
                                       "default", "direct", None, None, 2.0, lambda broken: None)
@@ -166,8 +161,6 @@ async def test_a_followers_link_redirects_and_a_malformed_frame_drops_only_its_c
         assert (await link.request(request, 5.0)).header.leader_id == leader_of(nodes)
         writer.close()
         link.close("done")
-    finally:
-        await _stop(nodes, links)
 
 
 class _Held(LinkServer[pb.AppendStreamRequest, pb.AppendStreamResponse]):
@@ -214,10 +207,7 @@ async def test_a_listener_stops_reading_a_connection_with_too_many_requests_wait
 
 async def test_an_append_larger_than_a_links_frame_goes_on_the_stream(tmp_path, monkeypatch):
     monkeypatch.setattr(client_module, "LINK_MAX_PAYLOAD_BYTES", 1000)
-    nodes = await start_cluster(tmp_path)
-    links = await _serve_client_links(nodes)
-    try:
-        await wait_for(lambda: leader_of(nodes) is not None)
+    async with _cluster_with_links(tmp_path) as (nodes, links):
         async with DLedgerClient([n.address for n in nodes.values()]) as client:
             await _append_until_linked(client)
             before = dict(client.appends_by_path)
@@ -227,5 +217,3 @@ async def test_an_append_larger_than_a_links_frame_goes_on_the_stream(tmp_path, 
             assert (await client.get(result.last_index)).body == b"y" * 600
             await client.append([b"z" * 600])
             assert client.appends_by_path["link"] == before["link"] + 1
-    finally:
-        await _stop(nodes, links)
