@@ -134,16 +134,24 @@ def test_a_follower_behind_the_pinned_index_is_never_read_past_what_it_holds(clu
     try:
         sent = run(append(servers, 1500, "late"))
         begin, committed = committed_bounds(servers, "default")
-    finally:
+    except BaseException:
         cluster.resume(lagging)
+        raise
 
     async def direct_read() -> list[int]:
         async with DLedgerClient([cluster.addresses[lagging]]) as client:
             return [e.index async for e in client.read(begin, committed, from_address=cluster.addresses[lagging])]
-    # Straight after SIGCONT the follower has not learnt the new commits: it
-    # refuses the range rather than serve entries it has not committed.
-    with pytest.raises(DLedgerError) as refused:
-        run(direct_read())
+    # The leader stopped too before the follower runs again, so that nothing
+    # can teach it the new commits before it is asked (with the leader
+    # running, a fast machine's pushes won that race): it refuses the range
+    # rather than serve entries it has not committed.
+    cluster.pause(leader)
+    try:
+        cluster.resume(lagging)
+        with pytest.raises(DLedgerError) as refused:
+            run(direct_read())
+    finally:
+        cluster.resume(leader)
     assert refused.value.code == ResponseCode.INDEX_OUT_OF_RANGE
     part = LiveRange(servers, "default", begin, committed, (cluster.addresses[lagging],))
     got = reader(part)
