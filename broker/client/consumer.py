@@ -22,7 +22,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, AsyncIterator, Iterable, Mapping
+from typing import Any, AsyncIterator, Iterable, Mapping, Sequence
 
 import grpc
 
@@ -289,9 +289,7 @@ class SimpleConsumer(BaseClient):
         self.require_started()
         if not messages:
             return
-        futures = self.acks.add(messages)
-        results = await asyncio.gather(*futures)
-        failures = {m.message_id: r for m, r in zip(messages, results) if r is not None}
+        failures = await self.acks.add(messages)
         if failures:
             raise AckError(failures)
 
@@ -334,7 +332,8 @@ class SimpleConsumer(BaseClient):
                 spb.AckMessageRequest(group=connection.resource(self.consumer_group),
                                       topic=connection.resource(topic), entries=remaining),
                 metadata=connection.headers(), timeout=self.config.request_timeout_s)
-            if not answer.entries:
+            if not answer.entries or answer.status.code == pb.OK:
+                # OK overall: the broker says so only when every entry is.
                 check_status(answer.status, f"ack on {topic!r}")
                 outcome.update((e.receipt_handle, None) for e in remaining)
                 remaining = []
@@ -371,7 +370,25 @@ class _PendingAck:
     topic: str
     broker_name: str
     entry: spb.AckMessageEntry
-    future: asyncio.Future[ClientError | None] = field(repr=False)
+    call: _AckCall = field(repr=False)
+
+
+class _AckCall:
+    """One ack() call's messages: it is answered once every one of them is,
+    with the failures by message id (one future per call, not per message:
+    a consumer acks tens of thousands of messages a second)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, count: int) -> None:
+        self.future: asyncio.Future[dict[str, ClientError]] = loop.create_future()
+        self.remaining = count
+        self.failures: dict[str, ClientError] = {}
+
+    def settle(self, message_id: str, error: ClientError | None) -> None:
+        if error is not None:
+            self.failures[message_id] = error
+        self.remaining -= 1
+        if self.remaining == 0 and not self.future.done():
+            self.future.set_result(self.failures)
 
 
 class _AckBatcher:
@@ -388,17 +405,20 @@ class _AckBatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._linger: asyncio.Handle | None = None
 
-    def add(self, messages: Iterable[ReceivedMessage]) -> list[asyncio.Future[ClientError | None]]:
+    def add(self, messages: Sequence[ReceivedMessage]) -> asyncio.Future[dict[str, ClientError]]:
+        """Queue `messages`' acks; the future is the failures by message id
+        once every one is answered ({} when all were acknowledged)."""
         loop = asyncio.get_running_loop()
-        added = [_PendingAck(m.topic, m.broker_name,
-                             spb.AckMessageEntry(message_id=m.message_id, receipt_handle=m.receipt_handle),
-                             loop.create_future()) for m in messages]
-        self._queue.extend(added)
+        call = _AckCall(loop, len(messages))
+        entry = spb.AckMessageEntry
+        self._queue.extend(_PendingAck(m.topic, m.broker_name,
+                                       entry(message_id=m.message_id, receipt_handle=m.receipt_handle), call)
+                           for m in messages)
         if len(self._queue) >= self.max_entries:
             self._drain()
         elif self._linger is None:
             self._linger = loop.call_soon(self._linger_over)
-        return [p.future for p in added]
+        return call.future
 
     def _linger_over(self) -> None:
         self._linger = None
@@ -414,8 +434,7 @@ class _AckBatcher:
         closed = ClientError(pb.PRECONDITION_FAILED, "the consumer was closed before the ack was sent")
         while self._queue:
             pending = self._queue.popleft()
-            if not pending.future.done():
-                pending.future.set_result(closed)
+            pending.call.settle(pending.entry.message_id, closed)
 
     def _drain(self) -> None:
         while self._queue and self._inflight < MAX_INFLIGHT_ACKS:
@@ -443,8 +462,7 @@ class _AckBatcher:
                 failure = error if isinstance(error, ClientError) else ClientError(pb.INTERNAL_ERROR, str(error))
                 outcome = {p.entry.receipt_handle: failure for p in batch}
             for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_result(outcome.get(pending.entry.receipt_handle))
+                pending.call.settle(pending.entry.message_id, outcome.get(pending.entry.receipt_handle))
         finally:
             self._inflight -= 1
             self._drain()

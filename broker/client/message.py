@@ -162,25 +162,29 @@ def _set_timestamp(field: Timestamp, epoch: float) -> None:
 # -------------------------------------------------------------- from the wire
 
 def from_protocol(message: pb.Message) -> ReceivedMessage:
+    # Runs once per message received: the protobuf getters are C calls, but a
+    # dict() or list() of an empty container still walks it, so empty ones
+    # are skipped (most messages carry no keys and no user properties).
     system = message.system_properties
     body, corrupted = _decoded_body(message.body, system)
+    has = system.HasField
+    user_properties = message.user_properties
+    keys = system.keys
     return ReceivedMessage(
         topic=message.topic.name, message_id=system.message_id, body=body,
-        tag=system.tag if system.HasField("tag") else None, keys=list(system.keys),
-        properties=dict(message.user_properties),
-        message_group=system.message_group if system.HasField("message_group") else None,
+        tag=system.tag if has("tag") else None, keys=list(keys) if keys else [],
+        properties=dict(user_properties) if user_properties else {},
+        message_group=system.message_group if has("message_group") else None,
         message_type=MESSAGE_TYPES.get(system.message_type, "NORMAL"),
         queue_id=system.queue_id, queue_offset=system.queue_offset,
-        delivery_attempt=system.delivery_attempt if system.HasField("delivery_attempt") else 1,
+        delivery_attempt=system.delivery_attempt if has("delivery_attempt") else 1,
         receipt_handle=system.receipt_handle, born_host=system.born_host,
         born_timestamp=_datetime(system.born_timestamp),
-        store_timestamp=_datetime(system.store_timestamp) if system.HasField("store_timestamp") else None,
-        delivery_timestamp=(_datetime(system.delivery_timestamp)
-                            if system.HasField("delivery_timestamp") else None),
-        invisible_duration=(system.invisible_duration.ToTimedelta()
-                            if system.HasField("invisible_duration") else None),
+        store_timestamp=_datetime(system.store_timestamp) if has("store_timestamp") else None,
+        delivery_timestamp=_datetime(system.delivery_timestamp) if has("delivery_timestamp") else None,
+        invisible_duration=_timedelta(system.invisible_duration) if has("invisible_duration") else None,
         corrupted=corrupted,
-        dead_letter_topic=system.dead_letter_queue.topic if system.HasField("dead_letter_queue") else None)
+        dead_letter_topic=system.dead_letter_queue.topic if has("dead_letter_queue") else None)
 
 
 def _decoded_body(body: bytes, system: pb.SystemProperties) -> tuple[bytes, bool]:
@@ -201,4 +205,12 @@ def _decoded_body(body: bytes, system: pb.SystemProperties) -> tuple[bytes, bool
 
 
 def _datetime(value: Timestamp) -> datetime:
-    return datetime.fromtimestamp(value.seconds + value.nanos / 1e9, tz=timezone.utc)
+    return datetime.fromtimestamp(value.seconds + value.nanos / 1e9, _UTC)
+
+
+def _timedelta(value: Duration) -> timedelta:
+    # Duration.ToTimedelta validates and normalises in Python: twice the cost.
+    return timedelta(seconds=value.seconds, microseconds=value.nanos // 1000)
+
+
+_UTC = timezone.utc

@@ -79,7 +79,7 @@ class AckService:
                 # A retry of an ack that took effect (its answer was lost to a
                 # leader change, say) is answered as the first was: OK.
                 end = self.state.lease_end(group, topic, handle.queue_id, handle.offset, handle.lease)
-                statuses[i] = ok() if end is not None and end.how == ACKED else error.to_status()
+                statuses[i] = _OK if end is not None and end.how == ACKED else error.to_status()
                 continue
             handles[i] = handle
             ops.setdefault(handle.queue_id, AckOp(group, topic, handle.queue_id, [])).acks.append(
@@ -94,16 +94,14 @@ class AckService:
                 for i, handle in handles.items():
                     statuses[i] = self._ack_outcome(group, topic, handle)
                 self.acked += sum(status is not None and status.code == pb.OK for status in statuses)
-        results = [spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
-                                             status=status) for entry, status in zip(entries, statuses)]
-        return spb.AckMessageResponse(status=_overall(statuses), entries=results)
+        return _response(entries, statuses)
 
     def _ack_outcome(self, group: str, topic: str, handle: ReceiptHandle) -> pb.Status:
         """OK if the lease the handle names (or a renewal of it) was ended by
         an ack, this one or an earlier one; else why the ack took no effect."""
         end = self.state.lease_end(group, topic, handle.queue_id, handle.offset, handle.lease)
         if end is not None and end.how == ACKED:
-            return ok()
+            return _OK
         return invalid_handle(_lost_ack_reason(end)).to_status()
 
     # ----------------------------------------------- change invisible duration
@@ -156,6 +154,27 @@ def _lost_ack_reason(end: LeaseEnd | None) -> str:
     if end is not None and end.how in (DEAD, DYING):
         return "the message was moved to the dead-letter queue before this ack took effect"
     return "the lease ended before this ack took effect (the message was acknowledged, moved, or its offset reset)"
+
+
+# Shared by the entries of every answer: a Status is copied into the entry
+# that is given it, so one instance serves them all (never changed).
+_OK = ok()
+
+
+def _response(entries: Sequence[spb.AckMessageEntry], statuses: list[pb.Status | None]) -> spb.AckMessageResponse:
+    """The answer, built in place (an entry per ack entry, in order): handing
+    each entry's Status to a constructor copies it, twice per entry."""
+    response = spb.AckMessageResponse()
+    response.status.CopyFrom(_overall(statuses))
+    add = response.entries.add
+    for entry, status in zip(entries, statuses):
+        result = add(message_id=entry.message_id, receipt_handle=entry.receipt_handle)
+        if status is not None:
+            if status is _OK:
+                result.status.code, result.status.message = pb.OK, "OK"
+            else:
+                result.status.CopyFrom(status)
+    return response
 
 
 def _overall(statuses: Sequence[pb.Status | None]) -> pb.Status:
