@@ -104,6 +104,30 @@ async def test_an_ack_with_a_stale_receipt_handle_names_the_message(cluster, pro
         await consumer.ack(message)
 
 
+async def test_one_bad_handle_in_an_ack_fails_only_its_message_and_the_rest_stay_acked(cluster, producer):
+    await create_topic(cluster, "MixedAck", queues=1)
+    for i in range(3):
+        await producer.send(Message("MixedAck", b"m%d" % i))
+    async with SimpleConsumer(servers(cluster), "MixedAckGroup", ["MixedAck"]) as consumer:
+        messages = await receive_all(consumer, 3, ack=False)
+        assert len(messages) == 3
+        bad = messages[1]
+        good_handle, bad.receipt_handle = bad.receipt_handle, "not-a-receipt-handle"
+        with pytest.raises(AckError) as raised:
+            await consumer.ack(*messages)
+        assert set(raised.value.failures) == {bad.message_id}
+        bad.receipt_handle = good_handle
+        await consumer.ack(bad)
+    # All three acknowledged, long before their 30 s leases could run out:
+    # the mixed call did ack the other two.
+    async with AdminClient(servers(cluster)) as admin:
+        deadline = time.monotonic() + 5
+        while (lag := (await admin.describe_lag("MixedAckGroup", "MixedAck"))[0]).lag and \
+                time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+    assert (lag.committed_offset, lag.lag) == (3, 0)
+
+
 async def test_a_message_whose_lease_is_cut_to_zero_comes_back_with_the_attempt_raised(cluster, producer):
     await create_topic(cluster, "Lease", queues=1)
     receipt = await producer.send(Message("Lease", b"again"))
