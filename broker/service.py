@@ -275,19 +275,29 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         receiver = self.broker.consumer.receiver
         params = receiver.params(request, context.time_remaining(), request_timeout_of(self.broker.clients, client_id),
                                  held=True)
-        messages = await receiver.receive(params, self.draining)
-        status = spb.ReceiveMessageResponse(status=ok() if messages else ok("no new message"))
+        status = spb.ReceiveMessageResponse()
+        # Each delivered message is written straight into the response that
+        # carries it (handing a message to a response copies it).
         if request.batched_response:
             # Our client's: the batch rides with the status, one stream write
             # instead of one per message (the per-write cost dominated the
             # leader's receive path).
-            status.messages.extend(messages)
+            messages = await receiver.receive(params, self.draining, status.messages.add)
+            singles: list[spb.ReceiveMessageResponse] = []
+        else:
+            singles = []
+
+            def make() -> pb.Message:
+                single = spb.ReceiveMessageResponse()
+                singles.append(single)
+                return single.message
+            messages = await receiver.receive(params, self.draining, make)
+        status.status.CopyFrom(ok() if messages else ok("no new message"))
         yield status
         if messages:
             yield spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))
-        if not request.batched_response:
-            for message in messages:
-                yield spb.ReceiveMessageResponse(message=message)
+        for single in singles:
+            yield single
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: grpc.aio.ServicerContext
                          ) -> spb.AckMessageResponse:

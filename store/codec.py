@@ -401,14 +401,15 @@ def _topic(buf: bytes | bytearray | memoryview, start: int, length: int, offset:
         raise MessageDecodeError(f"bad message at offset {offset}: the topic is not valid UTF-8") from None
 
 
-def decode(buf: bytes | bytearray | memoryview, offset: int = 0) -> MessageExt:
+def decode(buf: bytes | bytearray | memoryview, offset: int = 0, *, crc_checked: bool = False) -> MessageExt:
     """The message whose record starts at `offset`, after checking the magic
-    code, the total size against the fields and the buffer, and the body CRC.
+    code, the total size against the fields and the buffer, and the body CRC
+    (unless `crc_checked`: the caller verified a CRC over the whole record,
+    as a DLedger entry's is, so the body's own would find nothing more).
     Raises MessageDecodeError saying which check failed."""
     prefix, middle, body_start, body_length, topic_start, topic_length, properties_start, end = _parse(buf, offset)
     body = bytes(buf[body_start:body_start + body_length])
-    crc = zlib.crc32(body) & 0x7FFFFFFF
-    if crc != prefix[2]:
+    if not crc_checked and (crc := zlib.crc32(body) & 0x7FFFFFFF) != prefix[2]:
         raise MessageDecodeError(
             f"body CRC mismatch at offset {offset}: stored {prefix[2]}, computed {crc}")
     return MessageExt(

@@ -452,7 +452,9 @@ class MessageStore:
         if body is None:
             return None
         try:
-            return codec.decode(body)
+            # The entry's CRC, checked by the read, covers the whole record
+            # (an untagged entry may be a log client's bytes: all checks).
+            return codec.decode(body, crc_checked=not self.commit_log.legacy_untagged_entries)
         except MessageDecodeError:
             return None  # a system entry, or not a message at all
 

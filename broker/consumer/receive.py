@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 WallClock = Callable[[], int]  # ms since the epoch
 EnsureGroup = Callable[[str], Awaitable[SubscriptionGroupConfig]]
+MakeMessage = Callable[[], pb.Message]
 
 
 def wall_clock_ms() -> int:
@@ -114,10 +115,12 @@ class ReceiveService:
         return ReceiveParams(group, topic, request.message_queue.id, request.batch_size, invisible, polling,
                              tag_filter, request.attempt_id if request.HasField("attempt_id") else None)
 
-    async def receive(self, params: ReceiveParams, stop_waiting: Callable[[], bool] | None = None
-                      ) -> list[pb.Message]:
+    async def receive(self, params: ReceiveParams, stop_waiting: Callable[[], bool] | None = None,
+                      make: MakeMessage = pb.Message) -> list[pb.Message]:
         """Messages for the group, waiting up to the polling time for some
-        (or until `stop_waiting()` says so, checked whenever it wakes)."""
+        (or until `stop_waiting()` says so, checked whenever it wakes).
+        `make()` gives each delivered message its (empty) protocol message:
+        a response's new element, so the answer holds it without a copy."""
         config = self.topics.get(params.topic)
         if config is None:
             raise BrokerError(pb.TOPIC_NOT_FOUND, f"topic {params.topic!r} does not exist")
@@ -127,14 +130,14 @@ class ReceiveService:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + params.polling.total_seconds()
         if params.attempt_id is not None:
-            again = await self._repeat_when_settled(params)
+            again = await self._repeat_when_settled(params, make)
             if again:
                 return again
         while True:
             await self.committer.ready()
             waiter = self.polling.register(params.topic)
             try:
-                messages = await self._pop_once(params, group, config.read_queue_nums)
+                messages = await self._pop_once(params, group, config.read_queue_nums, make)
                 if messages:
                     self.received += len(messages)
                     return messages
@@ -153,7 +156,8 @@ class ReceiveService:
         return max(0.0, (deadline - self.clock()) / 1000)
 
     # -------------------------------------------------------------- popping
-    async def _pop_once(self, params: ReceiveParams, group: SubscriptionGroupConfig, queues: int) -> list[pb.Message]:
+    async def _pop_once(self, params: ReceiveParams, group: SubscriptionGroupConfig, queues: int,
+                        make: MakeMessage) -> list[pb.Message]:
         now = self.clock()
         deadline = now + int(params.invisible.total_seconds() * 1000)
         fifo = group.consume_message_orderly
@@ -185,7 +189,7 @@ class ReceiveService:
             self._attempts_in_flight[key] = committing
             committing.add_done_callback(lambda done: self._attempt_settled(key, done))
         index = await asyncio.shield(committing)
-        return self._delivered(params, selections, index)
+        return self._delivered(params, selections, index, make)
 
     def _attempt_settled(self, key: tuple[str, str], done: asyncio.Future[int]) -> None:
         if self._attempts_in_flight.get(key) is done:
@@ -215,7 +219,8 @@ class ReceiveService:
         committing.add_done_callback(release)
         return committing
 
-    def _delivered(self, params: ReceiveParams, selections: list[Selection], index: int) -> list[pb.Message]:
+    def _delivered(self, params: ReceiveParams, selections: list[Selection], index: int,
+                   make: MakeMessage) -> list[pb.Message]:
         """The messages whose lease this entry granted (a decision that lost a
         race by the time it was applied delivers nothing)."""
         messages = []
@@ -227,10 +232,11 @@ class ReceiveService:
                     continue
                 handle = ReceiptHandle(queue_id, delivery.offset, index, lease.deadline_ms)
                 messages.append(to_delivered(delivery.message, receipt_handle=handle.encode(params.group, params.topic),
-                                             delivery_attempt=lease.attempt, invisible_duration=params.invisible))
+                                             delivery_attempt=lease.attempt, invisible_duration=params.invisible,
+                                             into=make()))
         return messages
 
-    async def _repeat_when_settled(self, params: ReceiveParams) -> list[pb.Message]:
+    async def _repeat_when_settled(self, params: ReceiveParams, make: MakeMessage) -> list[pb.Message]:
         """The batch an earlier try of this receive was given, once whatever
         that try may have written is known: this node has applied the log
         up to the start of its term (a lease the previous leader wrote and
@@ -242,9 +248,9 @@ class ReceiveService:
         committing = self._attempts_in_flight.get((params.group, params.attempt_id))
         if committing is not None:
             await asyncio.wait([committing])   # its failure is its own caller's
-        return self._repeat(params)
+        return self._repeat(params, make)
 
-    def _repeat(self, params: ReceiveParams) -> list[pb.Message]:
+    def _repeat(self, params: ReceiveParams, make: MakeMessage) -> list[pb.Message]:
         """A retried receive (same attempt id) gets the batch it was given,
         as far as those leases still stand."""
         assert params.attempt_id is not None
@@ -263,5 +269,5 @@ class ReceiveService:
             handle = ReceiptHandle(queue_id, offset, recent.index, lease.deadline_ms)
             remaining = timedelta(milliseconds=lease.deadline_ms - now)
             messages.append(to_delivered(stored, receipt_handle=handle.encode(params.group, params.topic),
-                                         delivery_attempt=lease.attempt, invisible_duration=remaining))
+                                         delivery_attempt=lease.attempt, invisible_duration=remaining, into=make()))
         return messages

@@ -171,6 +171,17 @@ def test_flipped_body_byte_fails_the_crc():
         decode(record)
 
 
+def test_a_record_whose_crc_the_caller_checked_skips_only_the_body_crc():
+    # What a read from the log does: the entry's CRC covered the record.
+    assert decode(encode(sample()), crc_checked=True) == decode(encode(sample()))
+    record = bytearray(encode(sample()))
+    record[90] ^= 0x01   # the body starts at 88: taken as it is, not refused
+    assert decode(record, crc_checked=True).body[2] == sample().body[2] ^ 0x01
+    record[4] ^= 0xFF   # the framing is still checked
+    with pytest.raises(MessageDecodeError):
+        decode(record, crc_checked=True)
+
+
 def test_negative_body_length_is_rejected():
     record = bytearray(encode(sample()))
     struct.pack_into(">i", record, 84, -5)
