@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from dledger.entry import CHANNEL_STATE_MACHINE
 from dledger.errors import DLedgerError, ResponseCode
@@ -39,9 +38,10 @@ DLEDGER_HEADER_SIZE = 48  # a message's physical offset is its entry's position 
 QueueKey = tuple[str, int]
 
 
-@dataclass(frozen=True)
-class PutResult:
-    """Where a message went (RocketMQ's AppendMessageResult)."""
+class PutResult(NamedTuple):
+    """Where a message went (RocketMQ's AppendMessageResult). A NamedTuple:
+    one is made per message sent, and a frozen dataclass costs several times
+    as much to make."""
     store_host: SocketAddress
     physical_offset: int
     queue_id: int

@@ -485,8 +485,7 @@ def decode_op(data: dict[str, Any]) -> Op:
 # ================================================================ manager
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseEnd:
+class LeaseEnd(NamedTuple):
     """How a lease ended, and the lease that replaced it if one did."""
     how: str
     successor: int | None = None

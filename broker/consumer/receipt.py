@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from broker.errors import BrokerError
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -30,8 +30,8 @@ _FIELDS = 6
 _MAX_HANDLE_CHARS = 256
 
 
-@dataclass(frozen=True)
-class ReceiptHandle:
+class ReceiptHandle(NamedTuple):
+    # A NamedTuple: one is made per message received and per entry acked.
     queue_id: int
     offset: int
     lease: int
