@@ -64,7 +64,9 @@ def pin(namesrv: NameServerProcess, clusters: dict[str, ProcessCluster]) -> None
     cores = os.cpu_count() or 1
     for g, cluster in enumerate(clusters.values()):
         for proc in cluster.procs.values():
-            subprocess.run(["taskset", "-p", "-c", str(g % cores), str(proc.pid)], check=True,
+            # -a: every thread of the node (gRPC's, the flush thread), not
+            # only its main one, which is all `taskset -p` alone moves.
+            subprocess.run(["taskset", "-a", "-p", "-c", str(g % cores), str(proc.pid)], check=True,
                            capture_output=True)
     # The client and the name server share the last group's core... unless
     # there is a core left over.
