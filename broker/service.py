@@ -275,29 +275,25 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         receiver = self.broker.consumer.receiver
         params = receiver.params(request, context.time_remaining(), request_timeout_of(self.broker.clients, client_id),
                                  held=True)
-        status = spb.ReceiveMessageResponse()
         # Each delivered message is written straight into the response that
         # carries it (handing a message to a response copies it).
-        if request.batched_response:
-            # Our client's: the batch rides with the status, one stream write
-            # instead of one per message (the per-write cost dominated the
-            # leader's receive path).
-            messages = await receiver.receive(params, self.draining, status.messages.add)
-            singles: list[spb.ReceiveMessageResponse] = []
-        else:
-            singles = []
+        status = spb.ReceiveMessageResponse()
+        singles: list[spb.ReceiveMessageResponse] = []
 
-            def make() -> pb.Message:
-                single = spb.ReceiveMessageResponse()
-                singles.append(single)
-                return single.message
-            messages = await receiver.receive(params, self.draining, make)
+        def single() -> pb.Message:
+            singles.append(spb.ReceiveMessageResponse())
+            return singles[-1].message
+        # Our client's batched receive: the batch rides with the status, one
+        # stream write instead of one per message (the per-write cost
+        # dominated the leader's receive path).
+        messages = await receiver.receive(params, self.draining,
+                                          status.messages.add if request.batched_response else single)
         status.status.CopyFrom(ok() if messages else ok("no new message"))
         yield status
         if messages:
             yield spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))
-        for single in singles:
-            yield single
+        for response in singles:
+            yield response
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: grpc.aio.ServicerContext
                          ) -> spb.AckMessageResponse:
