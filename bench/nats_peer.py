@@ -175,16 +175,22 @@ async def prefill(urls: list[str], count: int, size: int) -> None:
 
 
 async def pull_consume(urls: list[str], messages: int, duration_s: float, fetchers: int = 4,
-                       batch: int = 64) -> dict[str, Any]:
+                       batch: int = 64, confirmed: bool = False) -> dict[str, Any]:
     """A durable pull consumer with explicit acks: `fetchers` subscriptions
-    fetch up to `batch` each and ack every message, until `messages` are acked."""
+    fetch up to `batch` each and ack every message, until `messages` are acked.
+    nats-py's `ack()` publishes the ack and waits for nothing; with
+    `confirmed`, each is `ack_sync()`, which waits for the server to answer
+    that it processed the ack (a fetch's acks all in flight at once): the
+    nearest nats-py has to our acks, answered once committed. Each kind has
+    its own durable consumer, so both read the whole stream."""
     from nats.js.api import AckPolicy, ConsumerConfig
     nc = await connect(urls)
     acked = 0
+    durable = "bench-confirmed" if confirmed else "bench"
     try:
         js = nc.jetstream(timeout=5)
-        config = ConsumerConfig(durable_name="bench", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=-1)
-        subscriptions = [await js.pull_subscribe(SUBJECT, durable="bench", config=config)
+        config = ConsumerConfig(durable_name=durable, ack_policy=AckPolicy.EXPLICIT, max_ack_pending=-1)
+        subscriptions = [await js.pull_subscribe(SUBJECT, durable=durable, config=config)
                          for _ in range(fetchers)]
         clock = time.perf_counter
         start = clock()
@@ -198,8 +204,11 @@ async def pull_consume(urls: list[str], messages: int, duration_s: float, fetche
                     got = await subscription.fetch(batch, timeout=1)
                 except Exception:  # noqa: BLE001 - nats-py's fetch timeout: nothing left now
                     continue
-                for message in got:
-                    await message.ack()
+                if confirmed:
+                    await asyncio.gather(*(message.ack_sync() for message in got))
+                else:
+                    for message in got:
+                        await message.ack()
                 acked += len(got)
                 if acked >= messages:
                     reached.set()

@@ -3,7 +3,7 @@ upper bound for latencies and a lower bound for rates (NATS itself is an
 optional benchmark dependency, not needed here)."""
 from __future__ import annotations
 
-from bench.peers import goals, median_goals, stability
+from bench.peers import beside, goals, median_beside, median_goals, stability
 
 
 def test_latency_goals_are_upper_bounds_and_rate_goals_lower_bounds():
@@ -35,3 +35,13 @@ def test_rounds_are_judged_by_the_median_ratio_of_each_goal():
                                      "each_round": [1.6, 1.3, 1.2]}
     assert verdicts["log_128"]["ours_over_nats"] == 1.1 and verdicts["log_128"]["met"] is True
     assert "receive_ack" not in verdicts
+
+
+def test_receive_and_ack_is_also_compared_with_acks_the_server_confirms_judged_by_no_goal():
+    ours = {"receive_ack": {"messages_per_s": 900.0}}
+    nats = {"pull_ack": {"messages_per_s": 1500.0}, "pull_ack_confirmed": {"messages_per_s": 1000.0}}
+    assert goals(ours, nats)["receive_ack"]["ours_over_nats"] == 0.6
+    assert beside(ours, nats) == {"receive_ack_vs_confirmed_acks": 0.9}
+    assert beside(ours, {"pull_ack": {"messages_per_s": 1500.0}}) == {}
+    rounds = [{"beside_goals": {"receive_ack_vs_confirmed_acks": r}} for r in (0.8, 1.1, 0.95)] + [{}]
+    assert median_beside(rounds) == {"receive_ack_vs_confirmed_acks": 0.95}
