@@ -106,11 +106,11 @@ class ReceivedMessage:
 
     @property
     def store_timestamp(self) -> datetime | None:
-        return None if self.store_epoch_s is None else datetime.fromtimestamp(self.store_epoch_s, _UTC)
+        return _datetime(self.store_epoch_s)
 
     @property
     def delivery_timestamp(self) -> datetime | None:
-        return None if self.delivery_epoch_s is None else datetime.fromtimestamp(self.delivery_epoch_s, _UTC)
+        return _datetime(self.delivery_epoch_s)
 
 
 # ---------------------------------------------------------------- to the wire
@@ -222,6 +222,10 @@ def _decoded_body(body: bytes, system: pb.SystemProperties) -> tuple[bytes, bool
 
 def _epoch(value: Timestamp) -> float:
     return value.seconds + value.nanos / 1e9
+
+
+def _datetime(epoch_s: float | None) -> datetime | None:
+    return None if epoch_s is None else datetime.fromtimestamp(epoch_s, _UTC)
 
 
 def _timedelta(value: Duration) -> timedelta:

@@ -170,10 +170,7 @@ def _response(entries: Sequence[spb.AckMessageEntry], statuses: list[pb.Status |
     for entry, status in zip(entries, statuses):
         result = add(message_id=entry.message_id, receipt_handle=entry.receipt_handle)
         if status is not None:
-            if status is _OK:
-                result.status.code, result.status.message = pb.OK, "OK"
-            else:
-                result.status.CopyFrom(status)
+            result.status.CopyFrom(status)
     return response
 
 

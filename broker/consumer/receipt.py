@@ -57,7 +57,7 @@ class ReceiptHandle(NamedTuple):
             deadline_ms, check = int(parts[4], 16), int(parts[5], 16)
         except ValueError:
             raise invalid_handle(f"{text[:64]!r} is not a receipt handle this broker issued") from None
-        if check != _check(group, topic, text[:len(text) - len(parts[5]) - 1]):
+        if check != _check(group, topic, text.rpartition(":")[0]):
             raise invalid_handle(f"the receipt handle was not issued to consumer group {group!r} for topic "
                                  f"{topic!r} (or was altered)")
         return cls(queue_id, offset, lease, deadline_ms)

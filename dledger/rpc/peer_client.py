@@ -67,8 +67,7 @@ class GrpcTransport:
         self._link_ports: dict[str, int] = {}          # learnt from heartbeat answers
         self._dialer: LinkDialer[str, peer_link.PeerLink] = LinkDialer("peer link", "PeerStream", LINK_RETRY_S,
                                                                        LINK_REFUSED_RETRY_S)
-        self._links, self._dialing = self._dialer.links, self._dialer.dialing
-        self._link_off_until = self._dialer.off_until
+        self._links = self._dialer.links
         # Pushes and heartbeats sent, by the path they took (metrics, tests).
         self.requests_by_path = {"link": 0, "stream": 0, "unary": 0}
         self.link_dials = self._dialer.dials   # by outcome (metrics)

@@ -173,11 +173,11 @@ async def test_a_link_that_cannot_be_dialed_leaves_the_peer_on_peer_stream_for_a
     try:
         transport._learn_link("n1", closed)
         assert transport._link("n1") is None   # this request: PeerStream; the link is dialed meanwhile
-        dialing = transport._dialing["n1"]
+        dialing = transport._dialer.dialing["n1"]
         with pytest.raises(OSError):
             await dialing
         await asyncio.sleep(0)   # the dial's outcome is recorded by its done callback
-        assert transport._link("n1") is None and "n1" not in transport._dialing   # not dialed again yet
-        assert transport._link_off_until["n1"] > asyncio.get_running_loop().time() - 1
+        assert transport._link("n1") is None and "n1" not in transport._dialer.dialing   # not dialed again yet
+        assert transport._dialer.off_until["n1"] > asyncio.get_running_loop().time() - 1
     finally:
         await transport.close()
