@@ -399,23 +399,38 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
             pass   # withdrawn or past its deadline: the follower waits for no answer
 
     async def _answer(self, call: rpb.RelayedCall, peer: str) -> rpb.RelayedAnswer:
-        handler = await self.handlers.handler(call.method)
-        if handler is None or handler.request_streaming or handler.response_streaming:
-            return rpb.RelayedAnswer(id=call.id, code=grpc.StatusCode.UNIMPLEMENTED.value[0],
-                                     details=f"{call.method} cannot be relayed")
-        context = RelayContext(tuple((h.key, h.value) for h in call.metadata), call.timeout_s, peer)
-        try:
-            request = handler.request_deserializer(call.request) if handler.request_deserializer else call.request
-            response = await handler.unary_unary(request, context)
-            data = handler.response_serializer(response) if handler.response_serializer else response
-            return rpb.RelayedAnswer(id=call.id, response=data)
-        except RelayAbort as abort:
-            return _failed(call.id, abort.code, abort.details)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # noqa: BLE001 - as gRPC answers a handler that raised
-            log.exception("relayed %s failed", call.method)
-            return _failed(call.id, grpc.StatusCode.UNKNOWN, f"Unexpected {type(error).__name__}: {error}")
+        return await answer_call(self.handlers, call, peer, streams=False)
+
+
+async def answer_call(handlers: RelayedHandlers, call: rpb.RelayedCall, peer: str,
+                      streams: bool) -> rpb.RelayedAnswer:
+    """Run `call` as the server would run it arriving on its own (its
+    handler behind the interceptors, a RelayContext) and answer it.
+    `streams`: a server-streaming call is run too, its responses in
+    `responses` (a client's messaging link); the relay carries unary calls
+    only."""
+    handler = await handlers.handler(call.method)
+    if handler is None or handler.request_streaming or (handler.response_streaming and not streams):
+        return rpb.RelayedAnswer(id=call.id, code=grpc.StatusCode.UNIMPLEMENTED.value[0],
+                                 details=f"{call.method} cannot be relayed")
+    context = RelayContext(tuple((h.key, h.value) for h in call.metadata), call.timeout_s, peer)
+    try:
+        request = handler.request_deserializer(call.request) if handler.request_deserializer else call.request
+        if handler.response_streaming:
+            serialize = handler.response_serializer or (lambda response: response)
+            answer = rpb.RelayedAnswer(id=call.id)
+            answer.responses.extend([serialize(r) async for r in handler.unary_stream(request, context)])
+            return answer
+        response = await handler.unary_unary(request, context)
+        data = handler.response_serializer(response) if handler.response_serializer else response
+        return rpb.RelayedAnswer(id=call.id, response=data)
+    except RelayAbort as abort:
+        return _failed(call.id, abort.code, abort.details)
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:  # noqa: BLE001 - as gRPC answers a handler that raised
+        log.exception("relayed %s failed", call.method)
+        return _failed(call.id, grpc.StatusCode.UNKNOWN, f"Unexpected {type(error).__name__}: {error}")
 
 
 def _failed(call_id: int, code: grpc.StatusCode, details: str) -> rpb.RelayedAnswer:

@@ -107,7 +107,7 @@ async def ensure_topic(servers: list[str] | str, topic: str) -> None:
 
 async def bench_send(servers: list[str] | str, topic: str, size: int, inflight: int, batch: int,
                      duration_s: float, coalesce: bool = True,
-                     admin_servers: list[str] | str | None = None) -> SendBenchResult:
+                     admin_servers: list[str] | str | None = None, links: bool = True) -> SendBenchResult:
     """`admin_servers`: where the topic is made, when `servers` are front
     ends (which serve the messaging protocol only)."""
     if inflight < 1 or batch < 1 or duration_s <= 0:
@@ -115,7 +115,7 @@ async def bench_send(servers: list[str] | str, topic: str, size: int, inflight: 
     await ensure_topic(admin_servers or servers, topic)
     body = os.urandom(size) if size else b"."
     result = SendBenchResult(size, inflight, batch, coalesce)
-    async with Producer(servers, [topic], coalesce=coalesce) as producer:
+    async with Producer(servers, [topic], coalesce=coalesce, links=links) as producer:
         await producer.send(Message(topic, body))  # warm: leader found, channel open
         start = time.perf_counter()
         stop_at = start + duration_s
@@ -165,7 +165,7 @@ async def prefill(servers: list[str] | str, topic: str, size: int, count: int) -
 
 async def bench_consume(servers: list[str] | str, topic: str, group: str | None, size: int, messages: int,
                         inflight: int, batch: int, duration_s: float,
-                        on_start: Callable[[], None] = lambda: None) -> ConsumeBenchResult:
+                        on_start: Callable[[], None] = lambda: None, links: bool = True) -> ConsumeBenchResult:
     """`on_start` runs once the topic is filled, as the consumption starts
     (a caller measuring CPU leaves the filling out)."""
     if inflight < 1 or batch < 1 or messages < 1 or duration_s <= 0:
@@ -174,7 +174,7 @@ async def bench_consume(servers: list[str] | str, topic: str, group: str | None,
     group = group or f"BenchConsumeGroup-{uuid.uuid4().hex[:8]}"
     await prefill(servers, topic, size, messages)
     result = ConsumeBenchResult(size, inflight, batch)
-    async with SimpleConsumer(servers, group, {topic: "*"}) as consumer:
+    async with SimpleConsumer(servers, group, {topic: "*"}, links=links) as consumer:
         on_start()
         start = time.perf_counter()
         stop_at = start + duration_s

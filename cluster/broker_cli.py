@@ -309,7 +309,7 @@ async def cmd_bench_send(args: argparse.Namespace) -> int:
     from cluster.broker_bench import bench_send
 
     result = await bench_send(args.servers, args.topic, args.size, args.inflight, args.batch, args.duration,
-                              coalesce=not args.no_coalesce)
+                              coalesce=not args.no_coalesce, links=not args.no_link)
     print(dumps(result.to_json()) if args.json else " ".join(f"{k}={v}" for k, v in result.to_json().items()))
     return 0 if result.messages else fail("bench send", "no send was acknowledged")
 
@@ -318,12 +318,14 @@ async def cmd_bench_consume(args: argparse.Namespace) -> int:
     from cluster.broker_bench import bench_consume
 
     result = await bench_consume(args.servers, args.topic, args.group, args.size, args.messages, args.inflight,
-                                 args.batch, args.duration)
+                                 args.batch, args.duration, links=not args.no_link)
     print(dumps(result.to_json()) if args.json else " ".join(f"{k}={v}" for k, v in result.to_json().items()))
     return 0 if result.messages else fail("bench consume", "nothing was received")
 
 
 # ------------------------------------------------------------------- parser
+NO_LINK_HELP = "gRPC calls only (by default sends, receives and acks move to each node's messaging link)"
+
 
 
 
@@ -450,6 +452,7 @@ def add_bench_commands(bench_commands: Any) -> None:
     send.add_argument("--duration", type=float, default=10.0, metavar="SECONDS")
     send.add_argument("--no-coalesce", action="store_true",
                       help="one SendMessage call per send (by default concurrent sends share calls)")
+    send.add_argument("--no-link", action="store_true", help=NO_LINK_HELP)
     consume = _parser(bench_commands, "consume", "receive-and-ack throughput", cmd_bench_consume, "bench consume")
     consume.add_argument("--topic", default="BenchConsume")
     consume.add_argument("--group", default="BenchConsumeGroup")
@@ -462,6 +465,7 @@ def add_bench_commands(bench_commands: Any) -> None:
                               "response; the protocol's own clients get up to 32)")
     consume.add_argument("--duration", type=float, default=60.0, metavar="SECONDS",
                          help="give up after this long")
+    consume.add_argument("--no-link", action="store_true", help=NO_LINK_HELP)
 
 
 def check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

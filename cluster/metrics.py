@@ -27,6 +27,7 @@ from dledger.rpc.credentials import ClientSecurity
 from dledger.status import NodeStatus
 
 if TYPE_CHECKING:
+    from broker.messaging_link import MessagingLinks
     from dledger.rpc.client_link import ClientLinkServer
     from dledger.rpc.peer_client import GrpcTransport
 
@@ -222,6 +223,20 @@ class ClientLinkCollector(Collector):
         yield appends
 
 
+class MessagingLinkCollector(Collector):
+    """Our broker client's calls answered on messaging links."""
+
+    def __init__(self, links: MessagingLinks, group: str, self_id: str) -> None:
+        self._links = links
+        self._labels = [group, self_id]
+
+    def collect(self) -> Iterable[Metric]:
+        calls = CounterMetricFamily("dledger_messaging_link_calls", "Messaging calls answered on client links "
+                                    "(broker/messaging_link.py)", labels=["group", "self_id"])
+        calls.add_metric(self._labels, self._links.calls)
+        yield calls
+
+
 class NodeMetrics:
     """One node's registry, observer and (optionally) HTTP endpoint.
 
@@ -265,6 +280,9 @@ class NodeMetrics:
 
     def bind_client_links(self, links: ClientLinkServer) -> None:
         self.registry.register(ClientLinkCollector(links, self.group, self.self_id))
+
+    def bind_messaging_links(self, links: MessagingLinks) -> None:
+        self.registry.register(MessagingLinkCollector(links, self.group, self.self_id))
 
     def bind_forwarding(self, counts: Callable[[], tuple[int, int, int]]) -> None:
         self.registry.register(ForwardingCollector(counts, self.group, self.self_id))

@@ -24,6 +24,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from broker.admin_service import add_admin_service
 from broker.broker import Broker
 from broker.config import BrokerConfig
+from broker.messaging_link import SERVICE as MESSAGING_LINK
+from broker.messaging_link import MessagingLinks
 from broker.relay import RelayedHandlers, RelayServicer
 from broker.service import MessagingServicer
 from cluster.console.backend import Target
@@ -206,6 +208,7 @@ class Node:
             add_admin_service(self.broker, server)
             add_auth_service(guard, self.store, self.broker.forwarder, server)
         self._add_relay(messaging)
+        self._add_messaging_links(messaging)
         for server in self._servers:
             await server.start()
         await self._start_front_end(broker_settings)
@@ -238,6 +241,19 @@ class Node:
         server = self.peer_server if self.peer_server is not None else self.grpc_server
         assert server is not None
         relay_grpc.add_RelayServiceServicer_to_server(RelayServicer(RelayedHandlers([register], checks)), server)
+
+    def _add_messaging_links(self, messaging: MessagingServicer) -> None:
+        """Our broker client's messaging calls on the client link port
+        (broker/messaging_link.py), behind the client port's own checks."""
+        if self.client_links is None:
+            return
+
+        def register(server: Any) -> None:
+            messaging_grpc.add_MessagingServiceServicer_to_server(messaging, server)
+
+        links = MessagingLinks(RelayedHandlers([register], self._client_checks))
+        self.client_links.services[MESSAGING_LINK] = links
+        self.metrics.bind_messaging_links(links)
 
     def _client_checks(self) -> list[grpc.aio.ServerInterceptor]:
         """New instances of the client port's interceptors (namespaces, then

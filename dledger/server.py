@@ -572,6 +572,7 @@ class DLedgerServer:
             metrics_address=metrics_address, cluster_id=self.member_state.cluster_id,
             repairing=s.repairing, repair_until=s.repair_until,
             no_intact_copy=self.elector.no_intact_copy() if self.elector is not None else "",
+            client_link_port=self.client_link_port,
             peers=[pb.PeerState(id=p.id, address=p.address, watermark=p.watermark, lag=p.lag, role=p.role)
                    for p in s.peers])
 

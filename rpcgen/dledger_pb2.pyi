@@ -229,16 +229,18 @@ class PeerLinkChallenge(_message.Message):
     def __init__(self, nonce: _Optional[bytes] = ..., group: _Optional[str] = ..., node_id: _Optional[str] = ...) -> None: ...
 
 class PeerLinkHello(_message.Message):
-    __slots__ = ("group", "sender_id", "user", "proof")
+    __slots__ = ("group", "sender_id", "user", "proof", "service")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     SENDER_ID_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     PROOF_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
     group: str
     sender_id: str
     user: str
     proof: bytes
-    def __init__(self, group: _Optional[str] = ..., sender_id: _Optional[str] = ..., user: _Optional[str] = ..., proof: _Optional[bytes] = ...) -> None: ...
+    service: str
+    def __init__(self, group: _Optional[str] = ..., sender_id: _Optional[str] = ..., user: _Optional[str] = ..., proof: _Optional[bytes] = ..., service: _Optional[str] = ...) -> None: ...
 
 class PeerLinkWelcome(_message.Message):
     __slots__ = ("refused",)
@@ -421,7 +423,7 @@ class PeerState(_message.Message):
     def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., watermark: _Optional[int] = ..., lag: _Optional[int] = ..., role: _Optional[str] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
-    __slots__ = ("header", "group", "self_id", "role", "term", "leader_id", "leader_address", "ledger_begin_index", "ledger_end_index", "committed_index", "peers", "pid", "metrics_address", "flushed_index", "ledger_end_term", "cluster_id", "repairing", "repair_until", "no_intact_copy")
+    __slots__ = ("header", "group", "self_id", "role", "term", "leader_id", "leader_address", "ledger_begin_index", "ledger_end_index", "committed_index", "peers", "pid", "metrics_address", "flushed_index", "ledger_end_term", "cluster_id", "repairing", "repair_until", "no_intact_copy", "client_link_port")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     SELF_ID_FIELD_NUMBER: _ClassVar[int]
@@ -441,6 +443,7 @@ class MetadataResponse(_message.Message):
     REPAIRING_FIELD_NUMBER: _ClassVar[int]
     REPAIR_UNTIL_FIELD_NUMBER: _ClassVar[int]
     NO_INTACT_COPY_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_LINK_PORT_FIELD_NUMBER: _ClassVar[int]
     header: Header
     group: str
     self_id: str
@@ -460,7 +463,8 @@ class MetadataResponse(_message.Message):
     repairing: bool
     repair_until: int
     no_intact_copy: str
-    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., ledger_begin_index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[PeerState, _Mapping]]] = ..., pid: _Optional[int] = ..., metrics_address: _Optional[str] = ..., flushed_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., cluster_id: _Optional[str] = ..., repairing: _Optional[bool] = ..., repair_until: _Optional[int] = ..., no_intact_copy: _Optional[str] = ...) -> None: ...
+    client_link_port: int
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., ledger_begin_index: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[PeerState, _Mapping]]] = ..., pid: _Optional[int] = ..., metrics_address: _Optional[str] = ..., flushed_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., cluster_id: _Optional[str] = ..., repairing: _Optional[bool] = ..., repair_until: _Optional[int] = ..., no_intact_copy: _Optional[str] = ..., client_link_port: _Optional[int] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("id", "address", "role", "client_address")

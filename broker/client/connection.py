@@ -42,6 +42,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from broker.client.config import ClientConfig
 from broker.client.errors import ClientError, RequestTimeoutError, UnavailableError, transport_error
+from broker.client.link import MAX_LINK_REQUEST_BYTES, MessagingLinks
 from broker.client.watchdog import LeaderWatchdog
 from dledger.rpc.channel import channel_options
 from dledger.rpc.credentials import ClientSecurity
@@ -100,6 +101,8 @@ class Connection:
         self._messaging: dict[str, service_pb2_grpc.MessagingServiceStub] = {}
         self._leader: str | None = None
         self._discovery: asyncio.Task[str] | None = None
+        # Sends, receives and acks on the nodes' messaging links (broker/client/link.py).
+        self.links = MessagingLinks(self.security, self.client_id, config.links)
         self.watchdog = LeaderWatchdog(self._probe_quietly, lambda: list(self.servers), config.leader_check_after_s)
         self.watchdog.on_moved = self._moved
         headers = [("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"),
@@ -135,6 +138,31 @@ class Connection:
             stub = self._messaging[address] = service_pb2_grpc.MessagingServiceStub(self.channel(address))
         return stub
 
+    async def unary(self, address: str, method: str, request: Any, parse: Callable[[bytes], R], timeout: float) -> R:
+        """A unary messaging call to `address`: on its messaging link when one
+        is open, else on gRPC. `parse`: the response class's FromString."""
+        link = self.links.get(address)
+        if link is not None:
+            data = request.SerializeToString()
+            if len(data) <= MAX_LINK_REQUEST_BYTES:
+                return await self.links.unary(link, address, method, data, self.headers(), timeout, parse)
+        self.links.calls_by_path["grpc"] += 1
+        return await getattr(self.messaging(address), method)(  # type: ignore[no-any-return]
+            request, metadata=self.headers(), timeout=timeout)
+
+    async def stream_on_link(self, address: str, method: str, request: Any, parse: Callable[[bytes], R],
+                             timeout: float) -> list[R] | None:
+        """A server-streaming messaging call's responses, on the messaging
+        link to `address`; None when no link is open (the caller uses gRPC)."""
+        link = self.links.get(address)
+        if link is None:
+            return None
+        data = request.SerializeToString()
+        if len(data) > MAX_LINK_REQUEST_BYTES:
+            return None
+        responses = await self.links.server_stream(link, address, method, data, self.headers(), timeout)
+        return [parse(response) for response in responses]
+
     def resource(self, name: str) -> pb.Resource:
         return pb.Resource(name=name, resource_namespace=self.config.namespace)
 
@@ -143,6 +171,7 @@ class Connection:
         if self._discovery is not None:
             self._discovery.cancel()
         await self.watchdog.close()
+        await self.links.close()
         channels, self._channels, self._messaging = list(self._channels.values()), {}, {}
         await asyncio.gather(*(c.close() for c in channels), return_exceptions=True)
 
@@ -219,7 +248,10 @@ class Connection:
             if error.code() == grpc.StatusCode.UNIMPLEMENTED:
                 return FRONT_END
             return None
-        return answer if answer.header.code == 200 else None
+        if answer.header.code != 200:
+            return None
+        self.links.learn(address, answer)
+        return answer
 
     async def _probe_quietly(self, address: str) -> object:
         try:

@@ -252,18 +252,30 @@ class SimpleConsumer(BaseClient):
 
     async def _receive_once(self, connection: Connection, address: str, request: spb.ReceiveMessageRequest,
                             polling: float) -> list[ReceivedMessage]:
-        call = connection.messaging(address).ReceiveMessage(
-            request, metadata=connection.headers(), timeout=polling + self.config.request_timeout_s)
+        timeout = polling + self.config.request_timeout_s
         messages: list[ReceivedMessage] = []
         status: pb.Status | None = None
+
+        def take(response: spb.ReceiveMessageResponse) -> None:
+            nonlocal status
+            content = response.WhichOneof("content")
+            if content == "message":
+                messages.append(from_protocol(response.message))
+            elif content == "status":
+                status = response.status
+                messages.extend(from_protocol(message) for message in response.messages)
+
+        on_link = await connection.stream_on_link(address, "ReceiveMessage", request,
+                                                  spb.ReceiveMessageResponse.FromString, timeout)
+        if on_link is not None:
+            for response in on_link:
+                take(response)
+            return self._received(messages, status)
+        connection.links.calls_by_path["grpc"] += 1
+        call = connection.messaging(address).ReceiveMessage(request, metadata=connection.headers(), timeout=timeout)
         try:
             async for response in call:
-                content = response.WhichOneof("content")
-                if content == "message":
-                    messages.append(from_protocol(response.message))
-                elif content == "status":
-                    status = response.status
-                    messages.extend(from_protocol(message) for message in response.messages)
+                take(response)
         except grpc.aio.AioRpcError as error:
             if messages:
                 # The stream broke after messages arrived: keep them (they are
@@ -271,6 +283,10 @@ class SimpleConsumer(BaseClient):
                 log.debug("receive stream broke after %d messages: %s", len(messages), error)
                 return messages
             raise
+        return self._received(messages, status)
+
+    @staticmethod
+    def _received(messages: list[ReceivedMessage], status: pb.Status | None) -> list[ReceivedMessage]:
         if status is not None and status.code not in (pb.OK, pb.MESSAGE_NOT_FOUND) and not messages:
             check_status(status, "receive")
         return messages
@@ -305,8 +321,9 @@ class SimpleConsumer(BaseClient):
             message_id=message.message_id)
 
         async def attempt(address: str) -> str:
-            answer = await connection.messaging(address).ChangeInvisibleDuration(
-                request, metadata=connection.headers(), timeout=self.config.request_timeout_s)
+            answer = await connection.unary(address, "ChangeInvisibleDuration", request,
+                                            spb.ChangeInvisibleDurationResponse.FromString,
+                                            self.config.request_timeout_s)
             check_status(answer.status, f"change invisible duration of {message.message_id}")
             return answer.receipt_handle
 
@@ -328,10 +345,10 @@ class SimpleConsumer(BaseClient):
 
         async def attempt(address: str) -> None:
             nonlocal remaining
-            answer = await connection.messaging(address).AckMessage(
-                spb.AckMessageRequest(group=connection.resource(self.consumer_group),
-                                      topic=connection.resource(topic), entries=remaining),
-                metadata=connection.headers(), timeout=self.config.request_timeout_s)
+            answer = await connection.unary(
+                address, "AckMessage", spb.AckMessageRequest(group=connection.resource(self.consumer_group),
+                                                             topic=connection.resource(topic), entries=remaining),
+                spb.AckMessageResponse.FromString, self.config.request_timeout_s)
             if not answer.entries or answer.status.code == pb.OK:
                 # OK overall: the broker says so only when every entry is.
                 check_status(answer.status, f"ack on {topic!r}")

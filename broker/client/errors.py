@@ -116,11 +116,16 @@ def check_status(status: pb.Status, what: str) -> None:
 
 
 def transport_error(error: grpc.aio.AioRpcError, address: str, what: str) -> ClientError:
-    """A gRPC failure in the same vocabulary. Unreachable and timed out are
+    """A gRPC failure in the same vocabulary."""
+    return call_error(error.code(), error.details() or "", address, what)
+
+
+def call_error(code: grpc.StatusCode, detail: str, address: str, what: str) -> ClientError:
+    """A call that ended with gRPC status `code` (on a gRPC call or a
+    messaging link), in the same vocabulary. Unreachable and timed out are
     retriable (a timeout's outcome is unknown; the message id makes the retry
     safe); anything else is the broker's fault or ours."""
-    code = error.code()
-    detail = error.details() or code.name
+    detail = detail or code.name
     if code == grpc.StatusCode.UNAVAILABLE:
         return UnavailableError(pb.HA_NOT_AVAILABLE, f"{what}: {address} unavailable: {detail}")
     if code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):

@@ -333,8 +333,8 @@ class Producer(BaseClient):
             nonlocal remaining
             request = spb.SendMessageRequest()
             request.messages.extend(remaining)  # copies, as the constructor would, in 60% of its time
-            answer = await connection.messaging(address).SendMessage(
-                request, metadata=connection.headers(), timeout=self.config.request_timeout_s)
+            answer = await connection.unary(address, "SendMessage", request, spb.SendMessageResponse.FromString,
+                                            self.config.request_timeout_s)
             if not answer.entries:
                 check_status(answer.status, f"send to {topic!r}")
             retry, first_retriable = [], None

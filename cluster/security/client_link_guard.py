@@ -3,7 +3,12 @@ what may open an AppendStream on the client port: a known user whose hello
 proves its secret (an HMAC of the listener's nonce keyed by it, instead of
 a signed date-time) and whom the ACLs let Pub on the Cluster from the
 link's source address. Checked once, when the link opens; a refusal is
-counted and logged as the gRPC port's are (method "ClientLink")."""
+counted and logged as the gRPC port's are (method "ClientLink").
+
+A messaging link (broker/messaging_link.py) needs only the proof that its
+user is who it says: each call on it carries the client's signed headers and
+is checked by the client port's own interceptors (authentication and the
+ACLs of what the call does), as the same call on gRPC is."""
 from __future__ import annotations
 
 import hmac
@@ -43,6 +48,8 @@ def _failure(guard: AccessGuard, hello: pb.PeerLinkHello, nonce: bytes, source_i
         return AuthFailure("unknown_user", f"no user {hello.user!r}")
     if not hmac.compare_digest(hello.proof, proof(user.secret, nonce, hello.group, hello.sender_id)):
         return AuthFailure("bad_signature", f"the hello's proof is not {hello.user!r}'s secret's")
+    if hello.service:
+        return None   # every call on it is checked as it arrives
     try:
         guard.authorize(user, _APPEND_REQUIREMENTS, source_ip)
     except AuthFailure as failure:

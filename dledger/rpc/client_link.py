@@ -20,14 +20,20 @@ with auth off, anyone who reaches the port. The check is made once, when
 the link opens, as gRPC's is when a stream opens. With TLS for clients the
 link is TLS with the node's certificate (no client certificate, as on the
 client gRPC port).
+
+The same port serves other kinds of link that the layers above register
+(`services`, named by the hello's `service`): the broker's messaging link
+(broker/messaging_link.py) carries our broker client's sends, receives and
+acks. Who may open one of those is the service's own (the credential check
+is told the hello, which names it).
 """
 from __future__ import annotations
 
 import ssl
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from dledger.rpc.append_stream import answer_append
-from dledger.rpc.link import Link, LinkServer, dial
+from dledger.rpc.link import Link, LinkHandler, LinkServer, dial
 from rpcgen import dledger_pb2 as pb
 
 if TYPE_CHECKING:
@@ -36,6 +42,8 @@ if TYPE_CHECKING:
 # (hello, nonce, source IP) -> why the dialer is refused ("" when it is not):
 # the node's credentials and ACL check (cluster/security/client_link_guard.py).
 CredentialCheck = Callable[[pb.PeerLinkHello, bytes, str], str]
+# (hello, peer as gRPC names it) -> what answers an accepted link of a service.
+ServiceHandler = Callable[[pb.PeerLinkHello, str], LinkHandler[Any, Any]]
 
 
 class ClientLink(Link[pb.AppendStreamRequest, pb.AppendStreamResponse]):
@@ -66,15 +74,22 @@ class ClientLinkServer(LinkServer[pb.AppendStreamRequest, pb.AppendStreamRespons
         self.dledger = server
         self.check = check   # None: auth is off
         self.appends = 0     # AppendStream messages answered on links (metrics, tests)
+        # Other kinds of link this port serves, by PeerLinkHello.service.
+        self.services: dict[str, ServiceHandler] = {}
 
     def group_and_id(self) -> tuple[str, str]:
         return self.dledger.config.group, self.dledger.config.self_id
 
     def refusal(self, hello: pb.PeerLinkHello, nonce: bytes, source_ip: str) -> str:
         group = self.dledger.config.group
+        if hello.service and hello.service not in self.services:
+            return f"this node serves no {hello.service!r} links"
         if hello.group != group:
             return f"this node belongs to group {group!r}, not {hello.group!r}"
         return self.check(hello, nonce, source_ip) if self.check is not None else ""
+
+    def handler_for(self, hello: pb.PeerLinkHello, peer: str) -> LinkHandler[Any, Any]:
+        return self.services[hello.service](hello, peer) if hello.service else self
 
     def parse(self, body: bytes) -> pb.AppendStreamRequest:
         request = pb.AppendStreamRequest.FromString(body)

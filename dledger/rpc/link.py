@@ -38,7 +38,7 @@ import struct
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Hashable, Protocol, TypeVar
 
 from dledger.rpc.request_stream import AnsweredById
 from rpcgen import dledger_pb2 as pb
@@ -170,10 +170,12 @@ LinkT = TypeVar("LinkT", bound=Link[Any, Any])
 
 
 async def dial(link: LinkT, address: str, server_hostname: str, group: str, sender_id: str,
-               signing: tuple[str, str] | None, context: ssl.SSLContext | None, timeout: float) -> LinkT:
+               signing: tuple[str, str] | None, context: ssl.SSLContext | None, timeout: float,
+               service: str = "") -> LinkT:
     """Dial `address` (HOST:PORT) for `link`, shake hands, return the link.
-    `signing`: (user, secret) that proves who dials. Raises OSError (cannot
-    connect), TimeoutError, LinkRefused."""
+    `signing`: (user, secret) that proves who dials; `service`: what the
+    link carries, where a listener serves several (PeerLinkHello.service).
+    Raises OSError (cannot connect), TimeoutError, LinkRefused."""
     loop = asyncio.get_running_loop()
     host, _, port = address.rpartition(":")
     protocol = _DialerProtocol(link)
@@ -187,7 +189,7 @@ async def dial(link: LinkT, address: str, server_hostname: str, group: str, send
             if challenge.group != group:
                 raise LinkRefused(f"{address} is node {challenge.node_id!r} of group {challenge.group!r}, "
                                   f"not of {group!r}")
-            hello = pb.PeerLinkHello(group=group, sender_id=sender_id)
+            hello = pb.PeerLinkHello(group=group, sender_id=sender_id, service=service)
             if signing is not None:
                 hello.user = signing[0]
                 hello.proof = proof(signing[1], challenge.nonce, group, sender_id)
@@ -287,6 +289,17 @@ class LinkDialer(Generic[Key, LinkT]):
 
 
 # ---------------------------------------------------------------- listener
+class LinkHandler(Protocol[Req, Resp]):
+    """What answers the requests of one accepted link."""
+
+    def parse(self, body: bytes) -> Req:
+        """A request frame's message; raises on one that is malformed (the
+        link is dropped)."""
+
+    async def respond(self, request: Req) -> Resp | None:
+        """The answer to write back (None: none)."""
+
+
 class LinkServer(ABC, Generic[Req, Resp]):
     """The listening end: accepts links whose hello `refusal` accepts, answers
     each request in its own task (in arrival order, as a gRPC stream's
@@ -331,6 +344,12 @@ class LinkServer(ABC, Generic[Req, Resp]):
     def group_and_id(self) -> tuple[str, str]:
         """What the challenge names: this node's group and id."""
 
+    def handler_for(self, hello: pb.PeerLinkHello, peer: str) -> LinkHandler[Any, Any]:
+        """What answers an accepted link's requests (`peer`: its source as
+        gRPC names one, `ipv4:HOST:PORT`): this server itself, unless it
+        serves several kinds of link."""
+        return self
+
 
 class _ListenerProtocol(asyncio.Protocol):
     def __init__(self, owner: LinkServer[Any, Any]) -> None:
@@ -343,6 +362,7 @@ class _ListenerProtocol(asyncio.Protocol):
         self.ready = False
         self.tasks: set[asyncio.Task[None]] = set()
         self.backlog: deque[bytes] = deque()   # requests read but not started (too many waiting)
+        self.handler: LinkHandler[Any, Any] = owner   # what answers, once the hello is accepted
         self.hello_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -386,6 +406,7 @@ class _ListenerProtocol(asyncio.Protocol):
             log.warning("%s from %r refused: %s", self.owner.kind, hello.sender_id, refused)
             self.transport.close()   # after the welcome is written
             return
+        self.handler = self.owner.handler_for(hello, _grpc_peer(peer))
         self.dialer, self.ready = hello.sender_id, True
 
     def _start_backlog(self) -> None:
@@ -394,7 +415,7 @@ class _ListenerProtocol(asyncio.Protocol):
         connection until half are answered."""
         loop = asyncio.get_running_loop()
         while self.backlog and len(self.tasks) < MAX_REQUESTS_IN_FLIGHT:
-            task = loop.create_task(self._answer_one(self.owner.parse(self.backlog.popleft())))
+            task = loop.create_task(self._answer_one(self.handler.parse(self.backlog.popleft())))
             self.tasks.add(task)
             task.add_done_callback(self._answered)
         if self.transport is None or self.transport.is_closing():
@@ -413,7 +434,7 @@ class _ListenerProtocol(asyncio.Protocol):
                 self._malformed(error)
 
     async def _answer_one(self, request: Any) -> None:
-        response = await self.owner.respond(request)
+        response = await self.handler.respond(request)
         transport = self.transport
         if response is not None and transport is not None and not transport.is_closing():
             transport.write(frame(response))
@@ -431,3 +452,11 @@ class _ListenerProtocol(asyncio.Protocol):
         for task in list(self.tasks):
             task.cancel()
         self.transport = None
+
+
+def _grpc_peer(peer: Any) -> str:
+    """A socket's peer name as gRPC's context.peer() gives it."""
+    if not peer:
+        return ""
+    host, port = peer[0], peer[1]
+    return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"

@@ -3,7 +3,8 @@ cluster/security/client_link_guard.py): three node processes. A link opens
 only for a known user whose hello proves its secret and whom the ACLs let
 Pub on the Cluster, what an AppendStream needs; a client with such
 credentials moves its appends onto the link, and refusals are counted as
-the gRPC port's are."""
+the gRPC port's are. A messaging link opens for any user who proves its
+secret, and each call on it is checked as on the gRPC port."""
 from __future__ import annotations
 
 import asyncio
@@ -11,13 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from broker.client import AdminClient, ClientError, Message, Producer
+from broker.client.link import SERVICE, MessagingLink
 from cluster.process_cluster import find_leader
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.rpc.client_link import open_client_link
 from dledger.rpc.credentials import ClientSecurity
-from dledger.rpc.link import LinkRefused
+from dledger.rpc.link import LinkRefused, dial
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.pydledger.auth.v1 import auth_pb2 as apb
+from rpcgen.pydledger.relay.v1 import relay_pb2 as rpb
 from tests.integration.auth_helpers import ADMIN, auth_call, auth_cluster
 from tests.metrics_scrape import counter_total
 
@@ -78,3 +84,60 @@ def _link_port(client: DLedgerClient) -> int:
     link = next(iter(client._links.values()))
     assert link._transport is not None
     return link._transport.get_extra_info("peername")[1]
+
+
+ALICE = ClientSecurity(user="alice", secret="alice-secret-333")   # Pub on Topic:Allowed only
+
+
+async def test_a_messaging_link_checks_every_call_as_the_grpc_port_does(tmp_path: Path) -> None:
+    """broker/messaging_link.py: the hello proves who dials, and each call is
+    checked by the client port's own interceptors, from its signed headers."""
+    cluster = auth_cluster(tmp_path)
+    cluster.start()
+    try:
+        addresses = list(cluster.addresses.values())
+        async with DLedgerClient(addresses, security=ADMIN) as client:
+            leader = cluster.addresses[await find_leader(client, addresses, timeout=30)]
+            metadata = await client.metadata(leader)
+        assert metadata is not None and metadata.client_link_port
+        await auth_call(addresses[0], "CreateUser", apb.UserRequest(name=ALICE.user, secret=ALICE.secret))
+        await auth_call(addresses[0], "CreateAcl", apb.CreateAclRequest(
+            subject=f"User:{ALICE.user}", entries=[apb.AclEntry(resource="Topic:Allowed", actions=["Pub"])]))
+        async with AdminClient(addresses, security=ADMIN) as admin:
+            for topic in ("Allowed", "Refused"):
+                await admin.create_topic(topic, 1, "normal")
+
+        async with Producer(addresses, ["Allowed"], security=ALICE) as producer:
+            for _ in range(200):   # until alice has reached the leader and the link is open
+                try:
+                    await producer.send(Message("Allowed", b"by link"))
+                except ClientError as error:
+                    assert error.code in (pb.UNAUTHORIZED, pb.FORBIDDEN), error
+                if producer.connection.links.calls_by_path["link"]:
+                    break
+                await asyncio.sleep(0.05)
+            assert producer.connection.links.calls_by_path["link"], producer.connection.links.calls_by_path
+            await producer.send(Message("Allowed", b"over the link"))
+
+        address = f"127.0.0.1:{metadata.client_link_port}"
+        link = await dial(MessagingLink(lambda broken: None), address, "127.0.0.1", "default", "alice-probe",
+                          (ALICE.user, ALICE.secret), None, 5.0, SERVICE)
+        try:
+            send = spb.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name="Refused"), body=b"x")])
+            signer = ALICE.signer()
+            assert signer is not None
+            for headers, code in ((signer.headers(), pb.FORBIDDEN), ((), pb.UNAUTHORIZED)):
+                call = rpb.RelayedCall(method="/apache.rocketmq.v2.MessagingService/SendMessage",
+                                       request=send.SerializeToString(), timeout_s=10)
+                for key, value in (("x-mq-client-id", "alice-probe"), *headers):
+                    call.metadata.add(key=key, value=value)
+                answer = await link.request(call, 10)
+                assert answer.code == 0
+                assert spb.SendMessageResponse.FromString(answer.response).status.code == code
+        finally:
+            link.close("probed")
+        with pytest.raises(LinkRefused, match="proof is not 'alice'"):
+            await dial(MessagingLink(lambda broken: None), address, "127.0.0.1", "default", "mallory",
+                       (ALICE.user, "not-her-secret"), None, 5.0, SERVICE)
+    finally:
+        cluster.stop_all()

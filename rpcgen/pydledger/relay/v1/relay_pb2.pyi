@@ -29,16 +29,18 @@ class RelayedCall(_message.Message):
     def __init__(self, id: _Optional[int] = ..., method: _Optional[str] = ..., metadata: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., request: _Optional[bytes] = ..., timeout_s: _Optional[float] = ...) -> None: ...
 
 class RelayedAnswer(_message.Message):
-    __slots__ = ("id", "code", "details", "response")
+    __slots__ = ("id", "code", "details", "response", "responses")
     ID_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     DETAILS_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
     id: int
     code: int
     details: str
     response: bytes
-    def __init__(self, id: _Optional[int] = ..., code: _Optional[int] = ..., details: _Optional[str] = ..., response: _Optional[bytes] = ...) -> None: ...
+    responses: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, id: _Optional[int] = ..., code: _Optional[int] = ..., details: _Optional[str] = ..., response: _Optional[bytes] = ..., responses: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class RelayRequest(_message.Message):
     __slots__ = ("calls", "cancelled")

@@ -1,0 +1,171 @@
+"""Messaging links (broker/messaging_link.py, broker/client/link.py) against
+three real node processes: our client's sends, receives and acks move onto
+each node's link once it is open and are answered as on gRPC (the same
+messages, the same refusals); a link cut under load loses and doubles no
+send; on the wire, a link serves the messaging service's calls only, a
+malformed call or one without a client id is answered and leaves the link
+usable, and a hello for a service the node does not serve, or for another
+group, is refused."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import grpc
+import pytest
+
+from broker.client import AdminClient, ClientError, Message, Producer, SimpleConsumer
+from broker.client.link import SERVICE, MessagingLink
+from cluster.process_cluster import ProcessCluster
+from dledger.client import DLedgerClient
+from dledger.rpc.link import LinkRefused, dial
+from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
+from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
+from rpcgen.pydledger.relay.v1 import relay_pb2 as rpb
+from tests.integration.broker_cluster import SPARSE_FILES, leader_of, servers, stored_messages
+from tests.metrics_scrape import counter_total
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+MESSAGING = "/apache.rocketmq.v2.MessagingService/"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = ProcessCluster(tmp_path_factory.mktemp("messaging-link"), extra_args=SPARSE_FILES, metrics=True)
+    c.start()
+    yield c
+    c.stop_all()
+
+
+async def _create_topic(cluster: ProcessCluster, topic: str) -> None:
+    async with AdminClient(servers(cluster)) as admin:
+        await admin.create_topic(topic, 2, "normal")
+
+
+async def _send_until_linked(producer: Producer, topic: str) -> int:
+    """Warm-up sends until one went on the link; how many were sent."""
+    for sent in range(1, 201):
+        await producer.send(Message(topic, b"warm-up"))
+        if producer.connection.links.calls_by_path["link"]:
+            return sent
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no send moved to the link: {producer.connection.links.calls_by_path}")
+
+
+async def test_sends_receives_and_acks_ride_the_link_and_are_answered_as_on_grpc(cluster):
+    topic = f"Linked{uuid.uuid4().hex[:6]}"
+    await _create_topic(cluster, topic)
+    async with Producer(servers(cluster), [topic]) as producer:
+        warm = await _send_until_linked(producer, topic)
+        bodies = [f"m{i}".encode() for i in range(300)]
+        await producer.send_batch([Message(topic, body) for body in bodies[:200]])
+        await asyncio.gather(*(producer.send(Message(topic, body)) for body in bodies[200:]))
+        sent_on_link = producer.connection.links.calls_by_path["link"]
+        assert sent_on_link >= 2, producer.connection.links.calls_by_path
+
+    received: dict[str, bytes] = {}
+    async with SimpleConsumer(servers(cluster), f"G{topic}", {topic: "*"}) as consumer:
+        deadline = time.monotonic() + 60
+        while len(received) < warm + len(bodies) and time.monotonic() < deadline:
+            batch = await consumer.receive(64, 30, await_duration_s=2)
+            if batch:
+                await consumer.ack(*batch)
+            for message in batch:
+                assert message.message_id not in received, "an acked message came back"
+                received[message.message_id] = message.body
+        assert not await consumer.receive(64, 30, await_duration_s=1), "acked messages came back"
+        paths = consumer.connection.links.calls_by_path
+        assert paths["link"] >= 3, paths   # receives and acks, after the first receive's dial
+    assert sorted(b for b in received.values() if b != b"warm-up") == sorted(bodies)
+    assert counter_total(cluster.metrics_ports.values(), "dledger_messaging_link_calls_total") >= sent_on_link + 3
+
+    # A refusal is the same on either path: a plain message to a FIFO topic.
+    fifo = f"Fifo{topic}"
+    async with AdminClient(servers(cluster)) as admin:
+        await admin.create_topic(fifo, 1, "fifo")
+    errors = []
+    for links in (True, False):
+        async with Producer(servers(cluster), [topic, fifo], links=links) as producer:
+            if links:
+                await _send_until_linked(producer, topic)
+            with pytest.raises(ClientError) as refused:
+                await producer.send(Message(fifo, b"x"))
+            errors.append(refused.value.code)
+            assert bool(producer.connection.links.calls_by_path["link"]) == links
+    assert errors[0] == errors[1], errors
+
+
+async def test_a_link_cut_under_load_loses_and_doubles_no_send(cluster):
+    topic = f"Cut{uuid.uuid4().hex[:6]}"
+    await _create_topic(cluster, topic)
+    acked: list[str] = []
+    async with Producer(servers(cluster), [topic]) as producer:
+        await _send_until_linked(producer, topic)
+        links = producer.connection.links
+        done = asyncio.Event()
+
+        async def sender(n: int) -> None:
+            for i in range(60):
+                receipt = await producer.send(Message(topic, f"{n}-{i}".encode()))
+                acked.append(receipt.message_id)
+
+        async def cutter() -> None:
+            while not done.is_set():
+                await asyncio.sleep(0.05)
+                for link in list(links._dialer.links.values()):
+                    assert link._transport is not None
+                    link._transport.abort()   # as a connection reset would
+
+        cutting = asyncio.ensure_future(cutter())
+        await asyncio.gather(*(sender(n) for n in range(8)))
+        done.set()
+        await cutting
+        assert links._dialer.dials["opened"] >= 2, links._dialer.dials   # cut, and dialed again
+    stored = [m.message_id for m in await stored_messages(cluster, topic)]
+    assert len(stored) == len(set(stored)), "a send was stored twice"
+    assert set(acked) <= set(stored)
+    assert len(acked) == 480
+
+
+async def _raw_link(cluster: ProcessCluster, group: str = "default", service: str = SERVICE) -> MessagingLink:
+    leader = cluster.addresses[await leader_of(cluster)]
+    async with DLedgerClient([leader]) as client:
+        metadata = await client.metadata(leader)
+    assert metadata is not None
+    assert metadata.client_link_port, "the node names no client link port"
+    return await dial(MessagingLink(lambda broken: None), f"127.0.0.1:{metadata.client_link_port}", "127.0.0.1",
+                      group, "raw-probe", None, None, 5.0, service)
+
+
+def _call(method: str, request: bytes, client_id: str = "raw-probe") -> rpb.RelayedCall:
+    call = rpb.RelayedCall(method=method, request=request, timeout_s=10)
+    if client_id:
+        call.metadata.add(key="x-mq-client-id", value=client_id)
+    return call
+
+
+async def test_on_the_wire_a_link_serves_messaging_calls_only_and_survives_bad_ones(cluster):
+    topic = f"Raw{uuid.uuid4().hex[:6]}"
+    await _create_topic(cluster, topic)
+    link = await _raw_link(cluster)
+    try:
+        other = await link.request(_call("/dledger.v1.DLedgerService/Metadata", b""), 10)
+        assert other.code == grpc.StatusCode.UNIMPLEMENTED.value[0] and "messaging link" in other.details
+        malformed = await link.request(_call(MESSAGING + "SendMessage", b"\xff\xff\xff"), 10)
+        assert malformed.code != 0 and malformed.details
+        route = spb.QueryRouteRequest(topic=pb.Resource(name=topic),
+                                      endpoints=pb.Endpoints(addresses=[pb.Address(host="127.0.0.1", port=1)]))
+        anonymous = await link.request(_call(MESSAGING + "QueryRoute", route.SerializeToString(), client_id=""), 10)
+        assert spb.QueryRouteResponse.FromString(anonymous.response).status.code == pb.CLIENT_ID_REQUIRED
+        answer = await link.request(_call(MESSAGING + "QueryRoute", route.SerializeToString()), 10)
+        routed = spb.QueryRouteResponse.FromString(answer.response)
+        assert answer.code == 0 and routed.status.code == pb.OK and len(routed.message_queues) >= 2
+        assert link.broken is None
+    finally:
+        link.close("done")
+    with pytest.raises(LinkRefused, match="serves no 'bogus' links"):
+        await _raw_link(cluster, service="bogus")
+    with pytest.raises(LinkRefused, match="not of 'elsewhere'"):
+        await _raw_link(cluster, group="elsewhere")
