@@ -18,9 +18,11 @@ with a RelayContext that gives it the client's metadata, its deadline and
 the link's peer (broker/relay.py, `answer_call`). So a link answers what
 gRPC answers: the same statuses, refusals, forwarding by a follower and
 holding through a leader change. A call still running when its deadline
-passes is cancelled and not answered, as gRPC cancels a handler whose
-caller gave up (a send given up on must not store its message after its
-retry did).
+passes, or that its caller withdraws (a frame with `withdrawn` and its id:
+the client stopped waiting, say because the leader moved), is cancelled and
+not answered, as gRPC cancels the handler of a call its caller gave up: a
+send given up on must not store its message after its retry did, a receive
+must not lease messages nobody waits for.
 
 Who may open a link: with auth on, a user whose hello proves its secret
 (cluster/security/client_link_guard.py); what each call may do is then
@@ -47,11 +49,28 @@ class MessagingLinkHandler:
     def __init__(self, links: MessagingLinks, peer: str) -> None:
         self._links = links
         self._peer = peer
+        self._running: dict[int, asyncio.Task[object]] = {}   # by call id
 
     def parse(self, body: bytes) -> rpb.RelayedCall:
         return rpb.RelayedCall.FromString(body)
 
     async def respond(self, call: rpb.RelayedCall) -> rpb.RelayedAnswer | None:
+        if call.withdrawn:
+            # Frames are answered in tasks started in arrival order: the
+            # call's own task has registered itself by now, if it still runs.
+            withdrawn = self._running.get(call.id)
+            if withdrawn is not None:
+                withdrawn.cancel()
+            return None
+        task = asyncio.current_task()
+        assert task is not None
+        self._running[call.id] = task
+        try:
+            return await self._answer(call)   # cancelled when withdrawn: no answer goes out
+        finally:
+            self._running.pop(call.id, None)
+
+    async def _answer(self, call: rpb.RelayedCall) -> rpb.RelayedAnswer | None:
         self._links.calls += 1
         if not call.method.startswith(MESSAGING_PREFIX):
             return rpb.RelayedAnswer(id=call.id, code=grpc.StatusCode.UNIMPLEMENTED.value[0],

@@ -16,6 +16,7 @@ the next call goes on gRPC until a new link is open.
 """
 from __future__ import annotations
 
+import asyncio
 import ssl
 from typing import Callable, Sequence, TypeVar
 
@@ -24,7 +25,7 @@ import grpc
 from broker.client.errors import RequestTimeoutError, UnavailableError, call_error
 from dledger.rpc.client_link import client_tls_context
 from dledger.rpc.credentials import ClientSecurity
-from dledger.rpc.link import LINK_DIAL_TIMEOUT_S, LINK_REFUSED_RETRY_S, LINK_RETRY_S, Link, LinkDialer, dial
+from dledger.rpc.link import LINK_DIAL_TIMEOUT_S, LINK_REFUSED_RETRY_S, LINK_RETRY_S, Link, LinkDialer, dial, frame
 from dledger.rpc.request_stream import StreamFailure
 from rpcgen import dledger_pb2
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -40,6 +41,12 @@ R = TypeVar("R")
 
 class MessagingLink(Link[rpb.RelayedCall, rpb.RelayedAnswer]):
     response_type = rpb.RelayedAnswer
+
+    def withdraw(self, call_id: int) -> None:
+        """Tell the node the caller of `call_id` stopped waiting: it cancels
+        the call, as gRPC cancels a call's handler."""
+        if self.broken is None and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(frame(rpb.RelayedCall(id=call_id, withdrawn=True)))
 
 
 class MessagingLinks:
@@ -109,6 +116,9 @@ class MessagingLinks:
         self.calls_by_path["link"] += 1
         try:
             answer = await link.request(call, timeout)
+        except asyncio.CancelledError:
+            link.withdraw(call.id)
+            raise
         except StreamFailure as failure:
             if failure.timed_out:
                 raise RequestTimeoutError(pb.REQUEST_TIMEOUT, f"{method}: {address} did not answer in time "

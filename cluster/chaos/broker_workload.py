@@ -101,6 +101,9 @@ class BrokerWorkload:
         self._checked: dict[str, str] = {}
         self.official_events = 0
         self.sends_ended_s: float | None = None
+        # Calls our clients made, by path (messaging link or gRPC): the
+        # summary shows the faults met the links too.
+        self.call_paths: dict[str, int] = {"link": 0, "grpc": 0}
 
     # -------------------------------------------------------------- the run
     def set_heavy(self, heavy: bool) -> None:
@@ -147,6 +150,11 @@ class BrokerWorkload:
             await asyncio.gather(*consumers, return_exceptions=True)
             if official is not None:
                 await official
+            self._count_paths(producer)
+
+    def _count_paths(self, client: Any) -> None:
+        for path, calls in client.connection.links.calls_by_path.items():
+            self.call_paths[path] += calls
 
     async def barrier(self, deadline_s: float = 30.0) -> int:
         """One acknowledged send after healing; 0 (the runner then waits for
@@ -286,16 +294,19 @@ class BrokerWorkload:
         name = f"{group.name}-{topic}-c{number}"
         async with SimpleConsumer(self.servers, group.name, [topic], await_duration_s=5.0,
                                   **self._client_options()) as consumer:
-            while not done.is_set():
-                op = self.history.invoke(name, ("",), kind="receive", group=group.name)
-                try:
-                    messages = await consumer.receive(16, self.config.invisible_s)
-                except ClientError as error:
-                    self.history.unknown(op, f"{error.code_name}: {error.message}")
-                    await asyncio.sleep(0.05)
-                    continue
-                self.history.ok(op, 0)
-                await self._handle(consumer, group, name, op, messages)
+            try:
+                while not done.is_set():
+                    op = self.history.invoke(name, ("",), kind="receive", group=group.name)
+                    try:
+                        messages = await consumer.receive(16, self.config.invisible_s)
+                    except ClientError as error:
+                        self.history.unknown(op, f"{error.code_name}: {error.message}")
+                        await asyncio.sleep(0.05)
+                        continue
+                    self.history.ok(op, 0)
+                    await self._handle(consumer, group, name, op, messages)
+            finally:
+                self._count_paths(consumer)
 
     async def _handle(self, consumer: SimpleConsumer, group: GroupSpec, name: str, receive: Operation,
                       messages: list[ReceivedMessage]) -> None:

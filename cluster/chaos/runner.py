@@ -102,6 +102,8 @@ class RunState:
     history: History
     load_end_s: float = 0.0
     sends_end_s: float | None = None
+    # The broker workload's client calls by path: messaging link or gRPC.
+    client_call_paths: dict[str, int] | None = None
     crashed: dict[str, int] = field(default_factory=dict)
     unconverged: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
@@ -254,6 +256,7 @@ async def _run(options: ChaosOptions, cluster: ProcessCluster, network: FaultNet
             nemesis.heal_everything()
         state.load_end_s = history.now()
         state.sends_end_s = getattr(workload, "sends_ended_s", None)
+        state.client_call_paths = getattr(workload, "call_paths", None)
         await _converge(options, cluster, admin, workload, state)
 
 
@@ -491,6 +494,7 @@ def build_broker_summary(options: ChaosOptions, state: RunState, result: BrokerC
                                             and op.outcome in (Outcome.FAIL, Outcome.UNKNOWN)
                                             for op in history.operations) for kind in ("send", "receive", "ack")},
         "front_ends": options.front_ends,
+        "client_call_paths": state.client_call_paths,
         "deliveries": result.deliveries if result else None,
         "redeliveries": result.redeliveries if result else None,
         "dead_lettered": result.dead_lettered if result else None,

@@ -6,7 +6,7 @@ check (nothing acknowledged lost or missed by a group, no delivery after an
 acknowledged ack, no duplicate send, FIFO order, no early delayed message,
 transactions as decided, no early dead letter, identical logs and derived
 state on every node), with the fault really injected and sends and
-deliveries recovering after it."""
+deliveries recovering after it, our clients' calls on messaging links."""
 from __future__ import annotations
 
 import json
@@ -53,6 +53,9 @@ async def short_run(kind: str, out: Path, seed: int, duration_s: float = DURATIO
     kinds = summary["messages_by_kind"]
     assert {"normal", "fifo", "delay", "txn"} <= set(kinds), kinds
     assert summary["state_items_compared"] > 10
+    # Our clients' calls went on the messaging links (TLS ones in the secure
+    # run) as well as on gRPC: the faults met both.
+    assert summary["client_call_paths"]["link"] > 0, summary["client_call_paths"]
     return summary
 
 

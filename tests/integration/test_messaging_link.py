@@ -169,3 +169,35 @@ async def test_on_the_wire_a_link_serves_messaging_calls_only_and_survives_bad_o
         await _raw_link(cluster, service="bogus")
     with pytest.raises(LinkRefused, match="not of 'elsewhere'"):
         await _raw_link(cluster, group="elsewhere")
+
+
+async def test_a_receive_the_client_gave_up_on_is_withdrawn_and_leases_nothing(cluster):
+    """The client stops waiting for a long poll (its task cancelled, as the
+    watchdog does when the leader moves): the node cancels it, as gRPC
+    cancels the call, instead of leasing the next message to nobody."""
+    topic = f"Withdrawn{uuid.uuid4().hex[:6]}"
+    async with AdminClient(servers(cluster)) as admin:
+        await admin.create_topic(topic, 1, "normal")
+    async with Producer(servers(cluster), [topic]) as producer, \
+            SimpleConsumer(servers(cluster), f"G{topic}", {topic: "*"}) as consumer:
+        for _ in range(100):   # until the consumer's calls ride its link
+            await producer.send(Message(topic, b"warm-up"))
+            batch = await consumer.receive(8, 30, await_duration_s=5)
+            if batch:
+                await consumer.ack(*batch)
+            if consumer.connection.links.calls_by_path["link"] >= 2:
+                break
+        else:
+            raise AssertionError(consumer.connection.links.calls_by_path)
+        before = consumer.connection.links.calls_by_path["link"]
+        polling = asyncio.ensure_future(consumer.receive(1, 60, await_duration_s=8))
+        await asyncio.sleep(1.0)
+        assert consumer.connection.links.calls_by_path["link"] == before + 1   # the long poll, on the link
+        polling.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await polling
+        await asyncio.sleep(0.5)
+        sent = await producer.send(Message(topic, b"for whoever still waits"))
+        received = await consumer.receive(1, 60, await_duration_s=5)
+        assert [m.message_id for m in received] == [sent.message_id], \
+            "the withdrawn long poll leased the message"

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%rpcgen/pydledger/relay/v1/relay.proto\x12\x12pydledger.relay.v1\"$\n\x06Header\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"{\n\x0bRelayedCall\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0e\n\x06method\x18\x02 \x01(\t\x12,\n\x08metadata\x18\x03 \x03(\x0b\x32\x1a.pydledger.relay.v1.Header\x12\x0f\n\x07request\x18\x04 \x01(\x0c\x12\x11\n\ttimeout_s\x18\x05 \x01(\x01\"_\n\rRelayedAnswer\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07\x64\x65tails\x18\x03 \x01(\t\x12\x10\n\x08response\x18\x04 \x01(\x0c\x12\x11\n\tresponses\x18\x05 \x03(\x0c\"Q\n\x0cRelayRequest\x12.\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1f.pydledger.relay.v1.RelayedCall\x12\x11\n\tcancelled\x18\x02 \x03(\x04\"C\n\rRelayResponse\x12\x32\n\x07\x61nswers\x18\x01 \x03(\x0b\x32!.pydledger.relay.v1.RelayedAnswer2b\n\x0cRelayService\x12R\n\x05\x43\x61lls\x12 .pydledger.relay.v1.RelayRequest\x1a!.pydledger.relay.v1.RelayResponse\"\x00(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%rpcgen/pydledger/relay/v1/relay.proto\x12\x12pydledger.relay.v1\"$\n\x06Header\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"\x8e\x01\n\x0bRelayedCall\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0e\n\x06method\x18\x02 \x01(\t\x12,\n\x08metadata\x18\x03 \x03(\x0b\x32\x1a.pydledger.relay.v1.Header\x12\x0f\n\x07request\x18\x04 \x01(\x0c\x12\x11\n\ttimeout_s\x18\x05 \x01(\x01\x12\x11\n\twithdrawn\x18\x06 \x01(\x08\"_\n\rRelayedAnswer\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07\x64\x65tails\x18\x03 \x01(\t\x12\x10\n\x08response\x18\x04 \x01(\x0c\x12\x11\n\tresponses\x18\x05 \x03(\x0c\"Q\n\x0cRelayRequest\x12.\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1f.pydledger.relay.v1.RelayedCall\x12\x11\n\tcancelled\x18\x02 \x03(\x04\"C\n\rRelayResponse\x12\x32\n\x07\x61nswers\x18\x01 \x03(\x0b\x32!.pydledger.relay.v1.RelayedAnswer2b\n\x0cRelayService\x12R\n\x05\x43\x61lls\x12 .pydledger.relay.v1.RelayRequest\x1a!.pydledger.relay.v1.RelayResponse\"\x00(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,14 +33,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_HEADER']._serialized_start=61
   _globals['_HEADER']._serialized_end=97
-  _globals['_RELAYEDCALL']._serialized_start=99
-  _globals['_RELAYEDCALL']._serialized_end=222
-  _globals['_RELAYEDANSWER']._serialized_start=224
-  _globals['_RELAYEDANSWER']._serialized_end=319
-  _globals['_RELAYREQUEST']._serialized_start=321
-  _globals['_RELAYREQUEST']._serialized_end=402
-  _globals['_RELAYRESPONSE']._serialized_start=404
-  _globals['_RELAYRESPONSE']._serialized_end=471
-  _globals['_RELAYSERVICE']._serialized_start=473
-  _globals['_RELAYSERVICE']._serialized_end=571
+  _globals['_RELAYEDCALL']._serialized_start=100
+  _globals['_RELAYEDCALL']._serialized_end=242
+  _globals['_RELAYEDANSWER']._serialized_start=244
+  _globals['_RELAYEDANSWER']._serialized_end=339
+  _globals['_RELAYREQUEST']._serialized_start=341
+  _globals['_RELAYREQUEST']._serialized_end=422
+  _globals['_RELAYRESPONSE']._serialized_start=424
+  _globals['_RELAYRESPONSE']._serialized_end=491
+  _globals['_RELAYSERVICE']._serialized_start=493
+  _globals['_RELAYSERVICE']._serialized_end=591
 # @@protoc_insertion_point(module_scope)

@@ -15,18 +15,20 @@ class Header(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class RelayedCall(_message.Message):
-    __slots__ = ("id", "method", "metadata", "request", "timeout_s")
+    __slots__ = ("id", "method", "metadata", "request", "timeout_s", "withdrawn")
     ID_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
     id: int
     method: str
     metadata: _containers.RepeatedCompositeFieldContainer[Header]
     request: bytes
     timeout_s: float
-    def __init__(self, id: _Optional[int] = ..., method: _Optional[str] = ..., metadata: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., request: _Optional[bytes] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+    withdrawn: bool
+    def __init__(self, id: _Optional[int] = ..., method: _Optional[str] = ..., metadata: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., request: _Optional[bytes] = ..., timeout_s: _Optional[float] = ..., withdrawn: _Optional[bool] = ...) -> None: ...
 
 class RelayedAnswer(_message.Message):
     __slots__ = ("id", "code", "details", "response", "responses")
