@@ -25,7 +25,8 @@ import grpc
 from broker.client.errors import RequestTimeoutError, UnavailableError, call_error
 from dledger.rpc.client_link import client_tls_context
 from dledger.rpc.credentials import ClientSecurity
-from dledger.rpc.link import LINK_DIAL_TIMEOUT_S, LINK_REFUSED_RETRY_S, LINK_RETRY_S, Link, LinkDialer, dial, frame
+from dledger.rpc.link import (LINK_DIAL_TIMEOUT_S, LINK_REFUSED_RETRY_S, LINK_RETRY_S, MAX_REQUESTS_IN_FLIGHT, Link,
+                              LinkDialer, dial, frame)
 from dledger.rpc.request_stream import StreamFailure
 from rpcgen import dledger_pb2
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
@@ -36,11 +37,20 @@ MESSAGING = "/apache.rocketmq.v2.MessagingService/"
 # A call's request and metadata travel in one frame (dledger/rpc/link.py: at
 # most 64 MiB); a larger one goes on gRPC.
 MAX_LINK_REQUEST_BYTES = 60 << 20
+# Calls one link carries at once; more go on gRPC. The node stops reading a
+# link with MAX_REQUESTS_IN_FLIGHT (256) calls running, and long polls hold
+# theirs for up to 20 s: an ack behind them would wait past its timeout and
+# take the link down with every call on it.
+MAX_CALLS_ON_A_LINK = MAX_REQUESTS_IN_FLIGHT // 2
 R = TypeVar("R")
 
 
 class MessagingLink(Link[rpb.RelayedCall, rpb.RelayedAnswer]):
     response_type = rpb.RelayedAnswer
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
 
     def withdraw(self, call_id: int) -> None:
         """Tell the node the caller of `call_id` stopped waiting: it cancels
@@ -70,11 +80,13 @@ class MessagingLinks:
             self._targets[address] = (answer.group, answer.client_link_port)
 
     def get(self, address: str) -> MessagingLink | None:
-        """The open link to `address`, or None (one is then dialed in the
-        background if it may be)."""
+        """The open link to `address` with room for a call, or None (one is
+        then dialed in the background if it may be)."""
         link = self._dialer.links.get(address)
-        if link is not None or not self.enabled:
-            return link
+        if link is not None:
+            return link if link.in_flight < MAX_CALLS_ON_A_LINK else None
+        if not self.enabled:
+            return None
         target = self._targets.get(address)
         if target is not None and self._dialer.may_dial(address) and not self.closed:
             self._dial(address, *target)

@@ -5,7 +5,8 @@ messages, the same refusals); a link cut under load loses and doubles no
 send; on the wire, a link serves the messaging service's calls only, a
 malformed call or one without a client id is answered and leaves the link
 usable, and a hello for a service the node does not serve, or for another
-group, is refused."""
+group, is refused; a client keeps a link's calls below what the node
+reads."""
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +17,7 @@ import grpc
 import pytest
 
 from broker.client import AdminClient, ClientError, Message, Producer, SimpleConsumer
-from broker.client.link import SERVICE, MessagingLink
+from broker.client.link import MAX_CALLS_ON_A_LINK, SERVICE, MessagingLink
 from cluster.process_cluster import ProcessCluster
 from dledger.client import DLedgerClient
 from dledger.rpc.link import LinkRefused, dial
@@ -201,3 +202,39 @@ async def test_a_receive_the_client_gave_up_on_is_withdrawn_and_leases_nothing(c
         received = await consumer.receive(1, 60, await_duration_s=5)
         assert [m.message_id for m in received] == [sent.message_id], \
             "the withdrawn long poll leased the message"
+
+
+async def test_long_polls_beyond_a_links_share_go_on_grpc_and_leave_room_for_acks(cluster):
+    """The node stops reading a link with 256 calls running: a client keeps
+    at most MAX_CALLS_ON_A_LINK on one, so 150 waiting long polls leave
+    room for its other calls."""
+    topic = f"Polls{uuid.uuid4().hex[:6]}"
+    await _create_topic(cluster, topic)
+    async with Producer(servers(cluster), [topic]) as producer, \
+            SimpleConsumer(servers(cluster), f"G{topic}", {topic: "*"}) as consumer:
+        for _ in range(100):   # drain the warm-up messages until the consumer's calls ride its link
+            await producer.send(Message(topic, b"warm-up"))
+            batch = await consumer.receive(8, 30, await_duration_s=5)
+            if batch:
+                await consumer.ack(*batch)
+            if consumer.connection.links.calls_by_path["link"] >= 2:
+                break
+        paths = consumer.connection.links.calls_by_path
+        before = dict(paths)
+        polls = [asyncio.ensure_future(consumer.receive(1, 30, await_duration_s=6)) for _ in range(150)]
+        await asyncio.sleep(1.0)
+        (link,) = consumer.connection.links._dialer.links.values()
+        assert link.in_flight == MAX_CALLS_ON_A_LINK
+        assert paths["grpc"] - before["grpc"] >= 150 - MAX_CALLS_ON_A_LINK
+        # Meanwhile a message is delivered to one of them and acked at once.
+        sent = await producer.send(Message(topic, b"while they wait"))
+        started = time.monotonic()
+        done, _ = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED, timeout=10)
+        (got,) = [m for poll in done for m in poll.result()]
+        assert got.message_id == sent.message_id
+        await consumer.ack(got)
+        assert time.monotonic() - started < 5
+        for poll in polls:
+            poll.cancel()
+        await asyncio.gather(*polls, return_exceptions=True)
+        assert link.broken is None
