@@ -55,6 +55,19 @@ async def _send_until_linked(producer: Producer, topic: str) -> int:
     raise AssertionError(f"no send moved to the link: {producer.connection.links.calls_by_path}")
 
 
+async def _consume_until_linked(producer: Producer, consumer: SimpleConsumer, topic: str) -> None:
+    """Warm-up messages sent, received and acked until the consumer's calls
+    ride its link (none of them left unacked)."""
+    for _ in range(100):
+        await producer.send(Message(topic, b"warm-up"))
+        batch = await consumer.receive(8, 30, await_duration_s=5)
+        if batch:
+            await consumer.ack(*batch)
+        if consumer.connection.links.calls_by_path["link"] >= 2:
+            return
+    raise AssertionError(f"the consumer's calls never moved to its link: {consumer.connection.links.calls_by_path}")
+
+
 async def test_sends_receives_and_acks_ride_the_link_and_are_answered_as_on_grpc(cluster):
     topic = f"Linked{uuid.uuid4().hex[:6]}"
     await _create_topic(cluster, topic)
@@ -181,15 +194,7 @@ async def test_a_receive_the_client_gave_up_on_is_withdrawn_and_leases_nothing(c
         await admin.create_topic(topic, 1, "normal")
     async with Producer(servers(cluster), [topic]) as producer, \
             SimpleConsumer(servers(cluster), f"G{topic}", {topic: "*"}) as consumer:
-        for _ in range(100):   # until the consumer's calls ride its link
-            await producer.send(Message(topic, b"warm-up"))
-            batch = await consumer.receive(8, 30, await_duration_s=5)
-            if batch:
-                await consumer.ack(*batch)
-            if consumer.connection.links.calls_by_path["link"] >= 2:
-                break
-        else:
-            raise AssertionError(consumer.connection.links.calls_by_path)
+        await _consume_until_linked(producer, consumer, topic)
         before = consumer.connection.links.calls_by_path["link"]
         polling = asyncio.ensure_future(consumer.receive(1, 60, await_duration_s=8))
         await asyncio.sleep(1.0)
@@ -212,13 +217,7 @@ async def test_long_polls_beyond_a_links_share_go_on_grpc_and_leave_room_for_ack
     await _create_topic(cluster, topic)
     async with Producer(servers(cluster), [topic]) as producer, \
             SimpleConsumer(servers(cluster), f"G{topic}", {topic: "*"}) as consumer:
-        for _ in range(100):   # drain the warm-up messages until the consumer's calls ride its link
-            await producer.send(Message(topic, b"warm-up"))
-            batch = await consumer.receive(8, 30, await_duration_s=5)
-            if batch:
-                await consumer.ack(*batch)
-            if consumer.connection.links.calls_by_path["link"] >= 2:
-                break
+        await _consume_until_linked(producer, consumer, topic)
         paths = consumer.connection.links.calls_by_path
         before = dict(paths)
         polls = [asyncio.ensure_future(consumer.receive(1, 30, await_duration_s=6)) for _ in range(150)]
