@@ -4,8 +4,8 @@ each node's link once it is open and are answered as on gRPC (the same
 messages, the same refusals); a link cut under load loses and doubles no
 send; on the wire, a link serves the messaging service's calls only, a
 malformed call or one without a client id is answered and leaves the link
-usable, and a hello for a service the node does not serve, or for another
-group, is refused; a client keeps a link's calls below what the node
+usable, a follower's link forwards to the leader, and a hello for a
+service the node does not serve, or for another group, is refused; a client keeps a link's calls below what the node
 reads."""
 from __future__ import annotations
 
@@ -143,10 +143,12 @@ async def test_a_link_cut_under_load_loses_and_doubles_no_send(cluster):
     assert len(acked) == 480
 
 
-async def _raw_link(cluster: ProcessCluster, group: str = "default", service: str = SERVICE) -> MessagingLink:
-    leader = cluster.addresses[await leader_of(cluster)]
-    async with DLedgerClient([leader]) as client:
-        metadata = await client.metadata(leader)
+async def _raw_link(cluster: ProcessCluster, group: str = "default", service: str = SERVICE,
+                    follower: bool = False) -> MessagingLink:
+    leader = await leader_of(cluster)
+    node = cluster.addresses[next(n for n in cluster.addresses if n != leader) if follower else leader]
+    async with DLedgerClient([node]) as client:
+        metadata = await client.metadata(node)
     assert metadata is not None
     assert metadata.client_link_port, "the node names no client link port"
     return await dial(MessagingLink(lambda broken: None), f"127.0.0.1:{metadata.client_link_port}", "127.0.0.1",
@@ -177,6 +179,20 @@ async def test_on_the_wire_a_link_serves_messaging_calls_only_and_survives_bad_o
         routed = spb.QueryRouteResponse.FromString(answer.response)
         assert answer.code == 0 and routed.status.code == pb.OK and len(routed.message_queues) >= 2
         assert link.broken is None
+    finally:
+        link.close("done")
+    # A follower's link forwards to the leader, as its gRPC port does.
+    link = await _raw_link(cluster, follower=True)
+    try:
+        message = pb.Message(topic=pb.Resource(name=topic), body=b"through a follower's link")
+        system = message.system_properties
+        system.message_id, system.body_encoding, system.message_type = uuid.uuid4().hex.upper(), pb.IDENTITY, pb.NORMAL
+        system.born_host, system.born_timestamp.seconds = "127.0.0.1", int(time.time())
+        send = spb.SendMessageRequest(messages=[message])
+        answer = await link.request(_call(MESSAGING + "SendMessage", send.SerializeToString()), 10)
+        sent = spb.SendMessageResponse.FromString(answer.response)
+        assert answer.code == 0 and sent.status.code == pb.OK, sent
+        assert system.message_id in [m.message_id for m in await stored_messages(cluster, topic)]
     finally:
         link.close("done")
     with pytest.raises(LinkRefused, match="serves no 'bogus' links"):
