@@ -54,6 +54,10 @@ async def test_enospc_in_the_checkpoint_makes_the_node_read_only_not_dead(tmp_pa
         # The read-only leader steps down; one of the others leads and takes appends.
         new = await cluster.wait_leader(among=[n for n in cluster.servers if n != leader])
         await cluster.servers[new].append([b"while the old leader's disk is full"])
+        # Each checkpoint round first sees free bytes (clearing the state),
+        # then fails its write again (setting it): look while it is set, with
+        # no await in between (both happen on the event loop).
+        await eventually(lambda: bool(server.store.read_only_reason))
         with pytest.raises(DLedgerError) as refused:
             server.store.append_as_leader([b"x"], term=server.member_state.term)
         assert refused.value.code is ResponseCode.DISK_FULL
