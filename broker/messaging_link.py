@@ -34,13 +34,13 @@ import asyncio
 
 import grpc
 
+from broker.namespaces import MESSAGING_PREFIX
 from broker.relay import RelayedHandlers, answer_call
 from rpcgen import dledger_pb2 as pb
 from rpcgen.pydledger.relay.v1 import relay_pb2 as rpb
 
 # PeerLinkHello.service of a messaging link.
 SERVICE = "messaging"
-MESSAGING_PREFIX = "/apache.rocketmq.v2.MessagingService/"
 
 
 class MessagingLinkHandler:

@@ -327,8 +327,6 @@ async def cmd_bench_consume(args: argparse.Namespace) -> int:
 NO_LINK_HELP = "gRPC calls only (by default sends, receives and acks move to each node's messaging link)"
 
 
-
-
 def _seconds(text: str) -> float:
     try:
         value = float(text)

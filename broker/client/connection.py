@@ -42,7 +42,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from broker.client.config import ClientConfig
 from broker.client.errors import ClientError, RequestTimeoutError, UnavailableError, transport_error
-from broker.client.link import MAX_LINK_REQUEST_BYTES, MessagingLinks
+from broker.client.link import MAX_LINK_REQUEST_BYTES, MessagingLink, MessagingLinks
 from broker.client.watchdog import LeaderWatchdog
 from dledger.rpc.channel import channel_options
 from dledger.rpc.credentials import ClientSecurity
@@ -141,27 +141,34 @@ class Connection:
     async def unary(self, address: str, method: str, request: Any, parse: Callable[[bytes], R], timeout: float) -> R:
         """A unary messaging call to `address`: on its messaging link when one
         is open, else on gRPC. `parse`: the response class's FromString."""
-        link = self.links.get(address)
-        if link is not None:
-            data = request.SerializeToString()
-            if len(data) <= MAX_LINK_REQUEST_BYTES:
-                return await self.links.unary(link, address, method, data, self.headers(), timeout, parse)
-        self.links.calls_by_path["grpc"] += 1
+        on_link = self._on_link(address, request)
+        if on_link is not None:
+            return await self.links.unary(on_link[0], address, method, on_link[1], self.headers(), timeout, parse)
         return await getattr(self.messaging(address), method)(  # type: ignore[no-any-return]
             request, metadata=self.headers(), timeout=timeout)
 
     async def stream_on_link(self, address: str, method: str, request: Any, parse: Callable[[bytes], R],
                              timeout: float) -> list[R] | None:
         """A server-streaming messaging call's responses, on the messaging
-        link to `address`; None when no link is open (the caller uses gRPC)."""
-        link = self.links.get(address)
-        if link is None:
+        link to `address`; None when it is not to go there (the caller makes
+        it on gRPC)."""
+        on_link = self._on_link(address, request)
+        if on_link is None:
             return None
-        data = request.SerializeToString()
-        if len(data) > MAX_LINK_REQUEST_BYTES:
-            return None
-        responses = await self.links.server_stream(link, address, method, data, self.headers(), timeout)
+        responses = await self.links.server_stream(on_link[0], address, method, on_link[1], self.headers(), timeout)
         return [parse(response) for response in responses]
+
+    def _on_link(self, address: str, request: Any) -> tuple[MessagingLink, bytes] | None:
+        """The link a call to `address` goes on and its request serialized;
+        None (counted as a gRPC call) when no link has room or the request is
+        too large for a frame."""
+        link = self.links.get(address)
+        if link is not None:
+            data = request.SerializeToString()
+            if len(data) <= MAX_LINK_REQUEST_BYTES:
+                return link, data
+        self.links.calls_by_path["grpc"] += 1
+        return None
 
     def resource(self, name: str) -> pb.Resource:
         return pb.Resource(name=name, resource_namespace=self.config.namespace)

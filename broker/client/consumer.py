@@ -271,7 +271,6 @@ class SimpleConsumer(BaseClient):
             for response in on_link:
                 take(response)
             return self._received(messages, status)
-        connection.links.calls_by_path["grpc"] += 1
         call = connection.messaging(address).ReceiveMessage(request, metadata=connection.headers(), timeout=timeout)
         try:
             async for response in call:

@@ -152,7 +152,7 @@ class BrokerWorkload:
                 await official
             self._count_paths(producer)
 
-    def _count_paths(self, client: Any) -> None:
+    def _count_paths(self, client: Producer | SimpleConsumer) -> None:
         for path, calls in client.connection.links.calls_by_path.items():
             self.call_paths[path] += calls
 
