@@ -611,7 +611,7 @@ class PopStateManager(ConfigManager):
 
     def apply_op(self, index: int, op: Op) -> bool:
         """Apply one op of entry `index`; True when it may have made messages
-        deliverable (a lease ended, moved or was reset)."""
+        deliverable (a FIFO lease ended, a lease moved or was reset)."""
         if isinstance(op, PopOp):
             self._apply_pop(index, op)
             return False
@@ -621,12 +621,18 @@ class PopStateManager(ConfigManager):
             if queue is None:
                 return False
             end = LeaseEnd(DEAD if op.dead else ACKED)
-            released = False
+            unblocks = False
             for offset, lease_id in op.acks:
-                if queue.release(offset, lease_id) is not None:
+                lease = queue.release(offset, lease_id)
+                if lease is not None:
                     self._record_end(key, offset, lease_id, end)
-                    released = True
-            return released
+                    # Only a FIFO lease (it names its message group) holds
+                    # other messages back. Ending a concurrent one makes
+                    # nothing deliverable: waking every waiting receive for
+                    # it cost the leader a scan of every queue per ack (the
+                    # official clients ack one message a call).
+                    unblocks = unblocks or lease[GROUP] is not None
+            return unblocks
         if isinstance(op, ChangeOp):
             key = (op.group, op.topic, op.queue_id)
             queue = self.queues.get(key)

@@ -96,6 +96,30 @@ def test_an_ack_ends_only_the_lease_it_names(state):
     assert sorted(state.queue(G, T, 0).in_flight) == [1, 2, 3]
 
 
+def test_only_acks_that_can_unblock_messages_wake_waiting_receives(state, tmp_path):
+    """The release listeners wake every long poll on the topic. Ending a
+    concurrent lease makes no message deliverable, so an ack of one wakes
+    nobody (the official clients ack one message a call: each wake-up was a
+    scan of every queue by every waiting receive); ending a FIFO lease may
+    unblock its message group, and a change of invisible duration moves a
+    deadline: those wake."""
+    woken: list[tuple[str, str]] = []
+    state.release_listeners.append(lambda group, topic: woken.append((group, topic)))
+    pop(state, 10, messages(10))
+    apply(state, 11, AckOp(G, T, 0, [(0, 10), (1, 10)]))
+    assert woken == [] and sorted(state.queue(G, T, 0).in_flight) == [2, 3]
+    apply(state, 12, ChangeOp(G, T, 0, 2, 10, NOW))
+    assert woken == [(G, T)]
+    woken.clear()
+    fifo = PopStateManager(str(tmp_path / "fifo"))
+    fifo.release_listeners.append(lambda group, topic: woken.append((group, topic)))
+    source = messages(4, groups=["a", "a", "b", "b"])
+    assert pop(fifo, 10, source, fifo=True, batch=1) == [0]
+    apply(fifo, 11, AckOp(G, T, 0, [(0, 10)]))
+    assert woken == [(G, T)]
+    assert pop(fifo, 12, source, fifo=True, batch=8) == [1, 2, 3]
+
+
 def test_the_consumed_offset_is_the_lowest_unacked_message(state):
     pop(state, 10, messages(10))
     apply(state, 11, AckOp(G, T, 0, [(1, 10), (2, 10)]))
