@@ -23,7 +23,7 @@ from broker import validation
 from broker.consumer.committer import ClaimTable, PopCommitter
 from broker.consumer.config import ConsumerConfig
 from broker.consumer.long_polling import LongPollingService
-from broker.consumer.pop_state import PopStateManager
+from broker.consumer.pop_state import ChangeOp, Lease, PopStateManager
 from broker.consumer.receipt import ReceiptHandle
 from broker.consumer.selection import Request, Selection, message_group_of, select
 from broker.consumer.source import StoreQueueSource, initial_offset
@@ -248,26 +248,59 @@ class ReceiveService:
         committing = self._attempts_in_flight.get((params.group, params.attempt_id))
         if committing is not None:
             await asyncio.wait([committing])   # its failure is its own caller's
-        return self._repeat(params, make)
+        return await self._repeat(params, make)
 
-    def _repeat(self, params: ReceiveParams, make: MakeMessage) -> list[pb.Message]:
+    async def _repeat(self, params: ReceiveParams, make: MakeMessage) -> list[pb.Message]:
         """A retried receive (same attempt id) gets the batch it was given,
-        as far as those leases still stand."""
+        as far as those leases still stand. A lease that ran out while the
+        first answer was lost (the leader died holding it, and the retry
+        came after the failover) is still that receive's while nothing else
+        took the message: it is renewed for the retry, in the log as a
+        ChangeInvisibleDuration would be, so the consumer sees the attempt
+        it was counted for. Handed out unrenewed it would be redelivered
+        under the consumer's feet; left to run out, its message came back
+        as the next attempt, or went to the dead-letter queue after one
+        fewer delivery than the group allows (a 10-minute chaos run's
+        dlq_early: attempt 3 of 3 leased by a leader killed before it
+        answered, the retry 12 s later past the 10 s lease)."""
         assert params.attempt_id is not None
         recent = self.state.recent_receive(params.group, params.attempt_id)
         if recent is None or recent.topic != params.topic:
             return []
         now = self.clock()
-        messages = []
+        leases: dict[tuple[int, int], Lease] = {}
         for queue_id, offset in recent.offsets:
             lease = self.state.lease_of(params.group, params.topic, queue_id, offset)
-            if lease is None or lease.lease != recent.index or lease.deadline_ms <= now:
-                continue
+            if lease is not None and lease.lease == recent.index:
+                leases[queue_id, offset] = lease
+        lapsed = [place for place, lease in leases.items() if lease.deadline_ms <= now]
+        if lapsed:
+            leases.update(await self._renew(params, recent.index, lapsed))
+        now = self.clock()
+        messages = []
+        for (queue_id, offset), lease in leases.items():   # the batch's order (FIFO: its group's)
+            if lease.lease == recent.index and lease.deadline_ms <= now:
+                continue   # lapsed, and taken by another op before it was renewed
             stored = StoreQueueSource(self.store, params.topic, queue_id).read(offset)
             if stored is None:
                 continue
-            handle = ReceiptHandle(queue_id, offset, recent.index, lease.deadline_ms)
-            remaining = timedelta(milliseconds=lease.deadline_ms - now)
+            handle = ReceiptHandle(queue_id, offset, lease.lease, lease.deadline_ms)
+            remaining = timedelta(milliseconds=max(0, lease.deadline_ms - now))
             messages.append(to_delivered(stored, receipt_handle=handle.encode(params.group, params.topic),
                                          delivery_attempt=lease.attempt, invisible_duration=remaining, into=make()))
         return messages
+
+    async def _renew(self, params: ReceiveParams, lease_id: int, lapsed: list[tuple[int, int]]
+                     ) -> dict[tuple[int, int], Lease]:
+        """New leases, for the retry's invisible duration, on the lapsed
+        leases of a repeated batch; those another op ended first (a
+        redelivery, the dead-letter queue) are left out."""
+        deadline = self.clock() + int(params.invisible.total_seconds() * 1000)
+        index = await self.committer.commit([ChangeOp(params.group, params.topic, queue_id, offset, lease_id, deadline)
+                                             for queue_id, offset in lapsed])
+        renewed = {}
+        for queue_id, offset in lapsed:
+            lease = self.state.lease_of(params.group, params.topic, queue_id, offset)
+            if lease is not None and lease.lease == index:
+                renewed[queue_id, offset] = lease
+        return renewed
