@@ -23,7 +23,7 @@ from broker import validation
 from broker.consumer.committer import ClaimTable, PopCommitter
 from broker.consumer.config import ConsumerConfig
 from broker.consumer.long_polling import LongPollingService
-from broker.consumer.pop_state import ChangeOp, Lease, PopStateManager
+from broker.consumer.pop_state import CHANGED, ChangeOp, Lease, PopStateManager
 from broker.consumer.receipt import ReceiptHandle
 from broker.consumer.selection import Request, Selection, message_group_of, select
 from broker.consumer.source import StoreQueueSource, initial_offset
@@ -262,7 +262,9 @@ class ReceiveService:
         as the next attempt, or went to the dead-letter queue after one
         fewer delivery than the group allows (a 10-minute chaos run's
         dlq_early: attempt 3 of 3 leased by a leader killed before it
-        answered, the retry 12 s later past the 10 s lease)."""
+        answered, the retry 12 s later past the 10 s lease). A lease an
+        earlier retry renewed counts as the batch's too: that retry's answer
+        may have been lost as well."""
         assert params.attempt_id is not None
         recent = self.state.recent_receive(params.group, params.attempt_id)
         if recent is None or recent.topic != params.topic:
@@ -271,15 +273,15 @@ class ReceiveService:
         leases: dict[tuple[int, int], Lease] = {}
         for queue_id, offset in recent.offsets:
             lease = self.state.lease_of(params.group, params.topic, queue_id, offset)
-            if lease is not None and lease.lease == recent.index:
+            if lease is not None and self._still_of_batch(params, queue_id, offset, recent.index, lease.lease):
                 leases[queue_id, offset] = lease
-        lapsed = [place for place, lease in leases.items() if lease.deadline_ms <= now]
+        lapsed = {place: lease.lease for place, lease in leases.items() if lease.deadline_ms <= now}
         if lapsed:
-            leases.update(await self._renew(params, recent.index, lapsed))
+            leases.update(await self._renew(params, lapsed))
         now = self.clock()
         messages = []
         for (queue_id, offset), lease in leases.items():   # the batch's order (FIFO: its group's)
-            if lease.lease == recent.index and lease.deadline_ms <= now:
+            if lease.deadline_ms <= now:
                 continue   # lapsed, and taken by another op before it was renewed
             stored = StoreQueueSource(self.store, params.topic, queue_id).read(offset)
             if stored is None:
@@ -290,14 +292,24 @@ class ReceiveService:
                                          delivery_attempt=lease.attempt, invisible_duration=remaining, into=make()))
         return messages
 
-    async def _renew(self, params: ReceiveParams, lease_id: int, lapsed: list[tuple[int, int]]
+    def _still_of_batch(self, params: ReceiveParams, queue_id: int, offset: int, batch_lease: int,
+                        current: int) -> bool:
+        """The current lease is the one the batch granted, or a renewal of
+        it (a retry before this one renewed it, and that retry's answer was
+        lost too)."""
+        if current == batch_lease:
+            return True
+        end = self.state.lease_end(params.group, params.topic, queue_id, offset, batch_lease)
+        return end is not None and end.how == CHANGED and end.successor == current
+
+    async def _renew(self, params: ReceiveParams, lapsed: dict[tuple[int, int], int]
                      ) -> dict[tuple[int, int], Lease]:
         """New leases, for the retry's invisible duration, on the lapsed
         leases of a repeated batch; those another op ended first (a
         redelivery, the dead-letter queue) are left out."""
         deadline = self.clock() + int(params.invisible.total_seconds() * 1000)
         index = await self.committer.commit([ChangeOp(params.group, params.topic, queue_id, offset, lease_id, deadline)
-                                             for queue_id, offset in lapsed])
+                                             for (queue_id, offset), lease_id in lapsed.items()])
         renewed = {}
         for queue_id, offset in lapsed:
             lease = self.state.lease_of(params.group, params.topic, queue_id, offset)

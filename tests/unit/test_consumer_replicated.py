@@ -370,6 +370,31 @@ async def test_a_retried_receive_whose_lease_ran_out_meanwhile_gets_its_batch_on
     assert [e.status.code for e in answer.entries] == [pb.OK] * 4
 
 
+async def test_a_receive_retried_twice_gets_its_batch_again_after_the_first_retrys_renewal_ran_out(
+        cluster: BrokerCluster):
+    # The first retry renewed the lapsed leases, and its answer was lost
+    # too; the next try, after the renewed leases ran out as well, still
+    # gets the batch at the same attempt (the renewal is a lease of the
+    # batch's lineage), not the messages again as attempt 2.
+    old = await cluster.wait_leader()
+    await warm_group(cluster, old)
+    first = await cluster.brokers[old].consumer.receiver.receive(
+        replace(params(batch=4, invisible_s=0.5), attempt_id="twice-1"))
+    await cluster.wait_applied()
+    await cluster.stop(old)
+    new = await cluster.wait_leader(timeout=10, among=[n for n in cluster.brokers])
+    receiver = cluster.brokers[new].consumer.receiver
+    await asyncio.sleep(0.6)
+    lost = await receiver.receive(replace(params(batch=4, invisible_s=0.5), attempt_id="twice-1"))
+    assert ids(lost) == ids(first)
+    await asyncio.sleep(0.6)   # the renewed leases have run out too
+    again = await receiver.receive(replace(params(batch=4, invisible_s=30), attempt_id="twice-1"))
+    assert ids(again) == ids(first)
+    assert [m.system_properties.delivery_attempt for m in again] == [1, 1, 1, 1]
+    answer = await cluster.brokers[new].consumer.acks.ack(ack_request(*again))
+    assert [e.status.code for e in answer.entries] == [pb.OK] * 4
+
+
 @pytest.mark.parametrize("first_call", ["waiting", "cancelled"])
 async def test_a_receive_retried_while_its_first_try_is_in_flight_gets_the_same_batch(cluster: BrokerCluster,
                                                                                       first_call: str):
