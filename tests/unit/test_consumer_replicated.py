@@ -342,6 +342,22 @@ async def test_a_receive_whose_lease_the_next_leader_commits_is_answered_there_w
         sorted(leased.offsets)
 
 
+async def lease_then_lose_the_leader(cluster: BrokerCluster, attempt_id: str) -> tuple[list[pb.Message], Broker]:
+    """A batch leased for 0.5 s under `attempt_id` by a leader that is then
+    stopped (its answer, for the test, lost), and the next leader's broker
+    once that lease has run out."""
+    old = await cluster.wait_leader()
+    await warm_group(cluster, old)
+    first = await cluster.brokers[old].consumer.receiver.receive(
+        replace(params(batch=4, invisible_s=0.5), attempt_id=attempt_id))
+    assert [m.system_properties.delivery_attempt for m in first] == [1, 1, 1, 1]
+    await cluster.wait_applied()
+    await cluster.stop(old)
+    new = await cluster.wait_leader(timeout=10, among=list(cluster.brokers))
+    await asyncio.sleep(0.6)   # the first lease has run out
+    return first, cluster.brokers[new]
+
+
 async def test_a_retried_receive_whose_lease_ran_out_meanwhile_gets_its_batch_on_a_renewed_lease(
         cluster: BrokerCluster):
     # The leader leases a batch under an attempt id and dies before the
@@ -352,16 +368,7 @@ async def test_a_retried_receive_whose_lease_ran_out_meanwhile_gets_its_batch_on
     # repeat and the messages came back as the next attempt (with the last
     # attempt: into the dead-letter queue one delivery early, a 10-minute
     # chaos run's dlq_early).
-    old = await cluster.wait_leader()
-    await warm_group(cluster, old)
-    first = await cluster.brokers[old].consumer.receiver.receive(
-        replace(params(batch=4, invisible_s=0.5), attempt_id="late-1"))
-    assert [m.system_properties.delivery_attempt for m in first] == [1, 1, 1, 1]
-    await cluster.wait_applied()
-    await cluster.stop(old)
-    new = await cluster.wait_leader(timeout=10, among=[n for n in cluster.brokers])
-    broker = cluster.brokers[new]
-    await asyncio.sleep(0.6)   # the first lease has run out
+    first, broker = await lease_then_lose_the_leader(cluster, "late-1")
     again = await broker.consumer.receiver.receive(replace(params(batch=4, invisible_s=30), attempt_id="late-1"))
     assert ids(again) == ids(first)
     assert [m.system_properties.delivery_attempt for m in again] == [1, 1, 1, 1]
@@ -376,22 +383,15 @@ async def test_a_receive_retried_twice_gets_its_batch_again_after_the_first_retr
     # too; the next try, after the renewed leases ran out as well, still
     # gets the batch at the same attempt (the renewal is a lease of the
     # batch's lineage), not the messages again as attempt 2.
-    old = await cluster.wait_leader()
-    await warm_group(cluster, old)
-    first = await cluster.brokers[old].consumer.receiver.receive(
-        replace(params(batch=4, invisible_s=0.5), attempt_id="twice-1"))
-    await cluster.wait_applied()
-    await cluster.stop(old)
-    new = await cluster.wait_leader(timeout=10, among=[n for n in cluster.brokers])
-    receiver = cluster.brokers[new].consumer.receiver
-    await asyncio.sleep(0.6)
+    first, broker = await lease_then_lose_the_leader(cluster, "twice-1")
+    receiver = broker.consumer.receiver
     lost = await receiver.receive(replace(params(batch=4, invisible_s=0.5), attempt_id="twice-1"))
     assert ids(lost) == ids(first)
     await asyncio.sleep(0.6)   # the renewed leases have run out too
     again = await receiver.receive(replace(params(batch=4, invisible_s=30), attempt_id="twice-1"))
     assert ids(again) == ids(first)
     assert [m.system_properties.delivery_attempt for m in again] == [1, 1, 1, 1]
-    answer = await cluster.brokers[new].consumer.acks.ack(ack_request(*again))
+    answer = await broker.consumer.acks.ack(ack_request(*again))
     assert [e.status.code for e in answer.entries] == [pb.OK] * 4
 
 
