@@ -287,7 +287,7 @@ class ReceiveService:
             if stored is None:
                 continue
             handle = ReceiptHandle(queue_id, offset, lease.lease, lease.deadline_ms)
-            remaining = timedelta(milliseconds=max(0, lease.deadline_ms - now))
+            remaining = timedelta(milliseconds=lease.deadline_ms - now)   # positive: lapsed ones are skipped
             messages.append(to_delivered(stored, receipt_handle=handle.encode(params.group, params.topic),
                                          delivery_attempt=lease.attempt, invisible_duration=remaining, into=make()))
         return messages
