@@ -49,8 +49,10 @@ async def test_namespaces_separate_topics_and_take_acls(tmp_path: Path) -> None:
     try:
         servers = list(cluster.addresses.values())
         async with DLedgerClient(servers, security=ADMIN) as client:
-            await find_leader(client, servers, timeout=30)
-        async with ADMIN.channel(servers[0]) as channel:
+            leader = await find_leader(client, servers, timeout=30)
+        # The leader's port, which has answered: on a loaded machine another
+        # node may not listen yet when two of three have elected.
+        async with ADMIN.channel(cluster.addresses[leader]) as channel:
             stub = auth_pb2_grpc.AuthServiceStub(channel)
             for user, namespace in (("nina", "ns1"), ("otto", "ns2")):
                 await stub.CreateUser(apb.UserRequest(name=user, secret=f"{user}-secret-1"), timeout=10)
