@@ -135,6 +135,11 @@ class EntryDispatcher:
         self.on_ack = on_ack
         self.wakeup = asyncio.Event()
         self._push_soon = False
+        self._commit_timer: asyncio.TimerHandle | None = None
+        # When the task's sleep in APPEND ends: a push sent meanwhile needs
+        # the task only if its timeout comes first. -inf while it is not
+        # asleep there (it is then about to run, and looks before it sleeps).
+        self._sleep_end = float("-inf")
         # (index, JSON) of the committed configuration, sent with a reset
         # (the follower will not see the configuration entries before it).
         self.committed_membership: Callable[[], tuple[int, bytes]] = lambda: (-1, b"")
@@ -315,13 +320,36 @@ class EntryDispatcher:
         self._push_appended()
 
     def _push_appended(self) -> None:
+        """Send what the log holds beyond what is in flight. The task is woken
+        only when something is left for it: entries the window or the quota
+        held back (it arms their timers), another state, an error, or a push
+        whose timeout falls before the end of the task's sleep. At one append
+        in flight it was woken per append and per follower, twice, to find
+        nothing to do."""
         ms = self.member_state
-        if self.state is DispatchState.APPEND and self.term == ms.term and ms.is_leader and \
-                self.clock.now() >= self.backoff_until:
+        now = self.clock.now()
+        if self.state is DispatchState.APPEND and self.term == ms.term and ms.is_leader and now >= self.backoff_until:
             try:
-                self._send_batches(self.clock.now())
+                self._send_batches(now)
             except DLedgerError:
-                pass  # the task meets the same problem, and handles it
+                self.wakeup.set()  # the task meets the same problem, and handles it
+                return
+            if self.write_index > self.store.ledger_end_index and now + self.config.push_timeout_s >= self._sleep_end:
+                return
+        self.wakeup.set()
+
+    def commit_moved(self) -> None:
+        """The leader's commit index moved. The next push carries it; if none
+        comes, a COMMIT push follows COMMIT_PUSH_MIN_GAP_S after the last push
+        (`_commit_push_due`). One timer wakes the task for that, not a wake-up
+        per commit: under a steady stream of appends each push carries the
+        commit index and the timer finds nothing due."""
+        if self._commit_timer is None:
+            delay = max(0.0, self.last_push_at + COMMIT_PUSH_MIN_GAP_S - self.clock.now())
+            self._commit_timer = asyncio.get_running_loop().call_later(delay, self._commit_timer_due)
+
+    def _commit_timer_due(self) -> None:
+        self._commit_timer = None
         self.wakeup.set()
 
     async def _append_step(self) -> None:
@@ -330,7 +358,12 @@ class EntryDispatcher:
         sent = self._send_batches(now)
         if not sent and not self.in_flight:
             self._maybe_push_commit(now)
-        await self._sleep_until_woken(self._next_wakeup(now))
+        timeout = self._next_wakeup(now)
+        self._sleep_end = now + timeout
+        try:
+            await self._sleep_until_woken(timeout)
+        finally:
+            self._sleep_end = float("-inf")
 
     def _check_push_timeout(self, now: float) -> None:
         if not self.in_flight:
@@ -393,7 +426,11 @@ class EntryDispatcher:
         if response is None or generation != self.generation:
             return
         self._on_append_response(request, response)
-        self.wakeup.set()
+        if self._holds_unflushed():
+            self.wakeup.set()  # the task asks for the flush with a COMMIT push
+        # What waited for this push's room in the window goes now; the task
+        # wakes only if something is left for it (see _push_appended).
+        self._push_appended()
 
     def _on_append_response(self, request: pb.PushEntryRequest, response: pb.PushEntryResponse) -> None:
         flight = self.in_flight.pop(request.index, None)

@@ -491,3 +491,51 @@ async def test_a_follower_restarted_with_a_lagging_checkpoint_learns_the_commit_
     assert cluster.servers[follower].member_state.committed_index < end
     await cluster.wait_converged(timeout=3.0)
     assert cluster.servers[follower].member_state.committed_index == end
+
+
+async def test_one_append_at_a_time_wakes_no_task_of_the_leader_per_append(tmp_path):
+    """The pushes go out from the append path, the answers count and commit
+    from the acknowledgement's path, and the deadline is one timer: with the
+    timeouts a node uses by default, a steady stream of appends one at a time
+    leaves the QuorumAckChecker and the EntryDispatchers' tasks asleep (each
+    woke about three times per append before), while the followers still
+    learn every commit."""
+    c = Cluster(str(tmp_path), push_timeout_s=1.0, commit_push_interval_s=1.0)
+    await c.start()
+    try:
+        leader = await c.wait_leader()
+        server = c.servers[leader]
+        await server.append([b"warm-up"])
+        pusher = server.pusher
+        assert pusher is not None
+        wakes = {"checker": 0, "dispatchers": 0}
+
+        def counting(event: asyncio.Event, key: str) -> None:
+            original = event.set
+
+            def counted_set() -> None:
+                wakes[key] += 1
+                original()
+            event.set = counted_set  # type: ignore[method-assign]
+
+        counting(pusher._checker_wakeup, "checker")
+        for dispatcher in pusher.dispatchers.values():
+            counting(dispatcher.wakeup, "dispatchers")
+        appends = 40
+        started = asyncio.get_running_loop().time()
+        for i in range(appends):
+            await server.append([b"%d" % i])
+        elapsed = asyncio.get_running_loop().time() - started
+        assert wakes["checker"] == 0
+        # The COMMIT-push timer: at most one per dispatcher per 50 ms.
+        assert wakes["dispatchers"] <= 2 * (elapsed / 0.05 + 1) and wakes["dispatchers"] < appends, wakes
+        await c.wait_converged()
+        end = server.store.ledger_end_index
+        for node, follower in c.servers.items():
+            for _ in range(100):
+                if follower.member_state.committed_index >= end:
+                    break
+                await asyncio.sleep(0.01)
+            assert follower.member_state.committed_index >= end, node
+    finally:
+        await c.stop()
