@@ -157,6 +157,7 @@ class Nemesis:
 
     # --------------------------------------------------------- membership
     async def member_change(self, rng: random.Random) -> ActiveFault:
+        await self._forget_repaired(self._running())
         damaged = sorted(self._damaged)
         skip = f"{','.join(damaged)} not yet repaired (a removal could leave no intact majority)" if damaged else ""
         window, heal = await self.membership.start(rng, skip)
@@ -176,12 +177,7 @@ class Nemesis:
         """A running node whose data may be destroyed with the damaged nodes
         staying a minority, or (none) a window that says the fault was skipped."""
         running = self._running()
-        answers = await asyncio.gather(*(self.admin.metadata(self.cluster.addresses[n]) for n in running))
-        now = self.history.now()
-        for node, meta in zip(running, answers):
-            if meta is not None and not meta.repairing and meta.cluster_id \
-                    and now - self._damaged.get(node, -DAMAGE_FOUND_WITHIN_S) >= DAMAGE_FOUND_WITHIN_S:
-                self._damaged.pop(node, None)
+        now = await self._forget_repaired(running)
         tolerated = (len(self.cluster.ids) - 1) // 2
         eligible = [n for n in running if len(self._damaged.keys() | {n}) <= tolerated]
         if eligible:
@@ -194,6 +190,19 @@ class Nemesis:
         async def heal() -> None:
             pass
         return ActiveFault(window, heal)
+
+    async def _forget_repaired(self, running: list[str]) -> float:
+        """Drop from the damaged set the nodes that run, are not repairing and
+        had time to find their damage; returns the history's now. (Only the
+        storage faults refreshed it: a membership change drawn after a repair
+        had finished was skipped as if the damage were still there.)"""
+        answers = await asyncio.gather(*(self.admin.metadata(self.cluster.addresses[n]) for n in running))
+        now = self.history.now()
+        for node, meta in zip(running, answers):
+            if meta is not None and not meta.repairing and meta.cluster_id \
+                    and now - self._damaged.get(node, -DAMAGE_FOUND_WITHIN_S) >= DAMAGE_FOUND_WITHIN_S:
+                self._damaged.pop(node, None)
+        return now
 
     async def bitflip_stopped(self, rng: random.Random) -> ActiveFault:
         node = await self._destroyable(BITFLIP_STOPPED, rng)
