@@ -330,6 +330,21 @@ class MembershipLog:
                 saved = json.load(file)
             self.committed_index = int(saved["index"])
             self.committed = Membership.from_json(json.dumps(saved))
+            if self.committed_index < 0 and self.committed != self.bootstrap:
+                log.warning("--peers (%s) is not the configuration this node started with (%s): it is ignored; "
+                            "members change with `dledger member`", self.bootstrap.describe(),
+                            self.committed.describe())
+        else:
+            # The first start of this data directory (or of one from before
+            # the file held the starting configuration): keep what --peers
+            # says now. Restarted with other --peers before any change has
+            # committed, the node took them for the group's configuration, so
+            # nodes could disagree on who the members are (a chaos run's
+            # harness restarted nodes with a moved member's new address while
+            # the move had not committed: the moved server was then a member
+            # for the others and not for itself, and the group had no
+            # majority for 47 s). Changes are log entries; --peers only starts a group.
+            self._save()
         for index, body in scan(self.committed_index):
             self._add(index, body)
         log.info("membership: %s%s", self.current.describe(),

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from dledger.config import PeerAddress
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import Role
 from dledger.membership import (LEARNER, VOTER, Member, Membership, learner_to_promote, plan_add, plan_move,
@@ -392,3 +393,28 @@ async def test_a_dead_member_moved_to_a_new_address_with_an_empty_disk_counts_on
     await cluster.stop(other)
     await cluster.servers[leader].append([b"counted with the moved member"])
     assert cluster.log_of(moving)[-1][2] == b"counted with the moved member"
+
+
+async def test_a_node_restarted_with_other_peers_keeps_the_configuration_it_started_with(cluster: Cluster, caplog):
+    """--peers only starts a group: with no change ever committed, a node
+    restarted with other --peers (here naming n0 at another address) still
+    holds the configuration it started with, and says so. Before, it took
+    the new --peers for the group's configuration, and nodes could disagree
+    on who the members are."""
+    leader = await cluster.wait_leader()
+    await cluster.servers[leader].append([b"before"])
+    await cluster.wait_converged()
+    node = next(n for n in cluster.servers if n not in (leader, "n0"))
+    started_with = cluster.servers[node].membership.current
+    await cluster.stop(node)
+    moved = tuple(PeerAddress(p.id, p.host, 31999) if p.id == "n0" else p
+                  for p in cluster.configs[node].peers)
+    cluster.reconfigure(node, peers=moved)
+    await cluster.start(node)
+    restarted = cluster.servers[node].membership
+    assert restarted.current == started_with
+    assert restarted.address_of("n0") == started_with.address_of("n0") != "127.0.0.1:31999"
+    assert "is not the configuration this node started with" in caplog.text
+    leader = await cluster.wait_leader()
+    await cluster.servers[leader].append([b"after"])
+    await cluster.wait_converged()
