@@ -243,14 +243,16 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
-    from cluster.launcher import cluster_up, plan_groups, plan_nodes
+    from cluster.launcher import check_data_dirs, cluster_up, plan_groups, plan_nodes
 
     try:
         if args.groups > 1:
-            plan_groups(args.groups, args.nodes, args.data_dir, args.base_port, secure=args.secure,
-                        front_ends=args.front_ends)
+            nodes, _ = plan_groups(args.groups, args.nodes, args.data_dir, args.base_port, secure=args.secure,
+                                   front_ends=args.front_ends)
         else:
-            plan_nodes(args.nodes, args.data_dir, args.base_port, secure=args.secure, front_ends=args.front_ends)
+            nodes = plan_nodes(args.nodes, args.data_dir, args.base_port, secure=args.secure,
+                               front_ends=args.front_ends)
+        check_data_dirs(nodes)
     except ValueError as error:
         return fail("cluster up", str(error), code=2)
     return asyncio.run(cluster_up(args.nodes, args.data_dir, args.base_port, args.group, secure=args.secure,

@@ -29,6 +29,7 @@ groups' registrations) over mutual TLS on base-port+290, with auth on.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -298,6 +299,28 @@ def _signal(process: asyncio.subprocess.Process, signum: int) -> None:
         process.send_signal(signum)
     except ProcessLookupError:
         pass  # it exited between the check and the signal
+
+
+def check_data_dirs(nodes: list[NodeSpec]) -> None:
+    """ValueError when a node's data directory belongs to a group whose
+    members are at other addresses than these (`--base-port` changed, say):
+    a node keeps the configuration its data directory started with and
+    ignores `--peers` (dledger/membership.py), so such a cluster would never
+    elect a leader."""
+    for node in nodes:
+        path = Path(node.data_dir) / f"dledger-{node.id}" / "membership"
+        if not path.exists():
+            continue
+        try:
+            saved = {str(m["id"]): str(m["address"]) for m in json.loads(path.read_text())["members"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue   # the node itself says what is wrong with it
+        planned = {n.id: n.peer_address for n in nodes if n.group == node.group}
+        moved = sorted(f"{i} at {saved[i]}, not {planned[i]}" for i in saved.keys() & planned.keys()
+                       if saved[i] != planned[i])
+        if moved:
+            raise ValueError(f"{path.parent.parent} belongs to a group with {'; '.join(moved)}: start it with the "
+                             "--base-port (and --secure) it was created with, or use another --data-dir")
 
 
 async def cluster_up(count: int, data_dir: str, base_port: int, group: str = "default",

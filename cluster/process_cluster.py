@@ -358,6 +358,19 @@ class NameServerProcess:
             self.proc = None
 
 
+async def wait_serving(client: DLedgerClient, addresses: list[str], timeout: float = 15.0) -> None:
+    """Until every address answers Metadata: a leader is elected once two of
+    three nodes listen, and on a loaded machine the third may not yet."""
+    deadline = time.monotonic() + timeout
+    waiting = list(addresses)
+    while waiting:
+        waiting = [a for a in waiting if await client.metadata(a) is None]
+        if waiting and time.monotonic() >= deadline:
+            raise TimeoutError(f"{waiting} not answering within {timeout}s")
+        if waiting:
+            await asyncio.sleep(0.05)
+
+
 async def find_leader(client: DLedgerClient, addresses: list[str], timeout: float = 15.0) -> str:
     """The id of the node that says it leads, polling Metadata."""
     deadline = time.monotonic() + timeout

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from broker.client.admin import AdminClient
-from cluster.process_cluster import ProcessCluster, find_leader
+from cluster.process_cluster import ProcessCluster, find_leader, wait_serving
 from dledger.client import DLedgerClient
 from broker.auth.requirements import MESSAGING
 from dledger.rpc.credentials import ClientSecurity, signed_headers
@@ -90,6 +90,9 @@ async def test_users_and_acls_survive_failover_and_restart_and_removal_is_quick(
         addresses = list(cluster.addresses.values())
         async with DLedgerClient(addresses, security=ADMIN) as client:
             leader = await find_leader(client, addresses, timeout=30)
+            # The calls below go to a follower, which may not listen yet when
+            # the other two have elected (seen once under the full suite).
+            await wait_serving(client, addresses, timeout=30)
         async with AdminClient(addresses, security=ADMIN) as admin:
             await admin.create_topic("Ledger")
         follower = next(a for n, a in cluster.addresses.items() if n != leader)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,11 +17,12 @@ from prometheus_client import generate_latest
 from cluster import cli
 from cluster.bench import BenchResult, percentile
 from cluster.config import ConfigError, add_node_arguments, build_config, config_from_args
-from cluster.launcher import node_command, peers_flag, plan_nodes
+from cluster.launcher import check_data_dirs, node_command, peers_flag, plan_nodes
 from cluster.metrics import NodeMetrics
 from dledger.client import DLedgerClient, node_status_row, parse_servers
 from dledger.config import FlushMode
 from dledger.errors import DLedgerError, ResponseCode
+from dledger.membership import MembershipLog
 from dledger.status import NodeStatus, PeerStatus
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
@@ -280,6 +282,23 @@ def test_launcher_starts_each_node_with_the_node_command(tmp_path):
     config = config_from_args(parser.parse_args(command[3:]))
     assert config.self_id == "n1" and config.metrics_address == "127.0.0.1:21012"
     assert config.data_dir == nodes[1].data_dir
+
+
+def test_cluster_up_refuses_a_data_dir_made_with_another_base_port(tmp_path, capsys):
+    """A node keeps the configuration its data directory started with and
+    ignores --peers: `cluster up` on that directory with another --base-port
+    would never elect, so it says so and starts nothing."""
+    first = plan_nodes(3, str(tmp_path), 20911)
+    for node in first:
+        config = build_config({"self_id": node.id, "peers": peers_flag(first), "data_dir": node.data_dir})
+        os.makedirs(os.path.join(node.data_dir, f"dledger-{node.id}"))
+        MembershipLog(config, os.path.join(node.data_dir, f"dledger-{node.id}")).load(lambda after: [])
+    check_data_dirs(plan_nodes(3, str(tmp_path), 20911))   # the same ports: fine
+    with pytest.raises(ValueError, match="n0 at 127.0.0.1:20911, not 127.0.0.1:30911"):
+        check_data_dirs(plan_nodes(3, str(tmp_path), 30911))
+    args = cli.build_parser().parse_args(["cluster", "up", "--data-dir", str(tmp_path), "--base-port", "30911"])
+    assert args.run(args) == 2
+    assert "--base-port" in capsys.readouterr().err
 
 
 def test_launcher_plan_rejects_impossible_clusters():

@@ -522,13 +522,13 @@ async def test_one_append_at_a_time_wakes_no_task_of_the_leader_per_append(tmp_p
         for dispatcher in pusher.dispatchers.values():
             counting(dispatcher.wakeup, "dispatchers")
         appends = 40
-        started = asyncio.get_running_loop().time()
         for i in range(appends):
             await server.append([b"%d" % i])
-        elapsed = asyncio.get_running_loop().time() - started
         assert wakes["checker"] == 0
-        # The COMMIT-push timer: at most one per dispatcher per 50 ms.
-        assert wakes["dispatchers"] <= 2 * (elapsed / 0.05 + 1) and wakes["dispatchers"] < appends, wakes
+        # What is left are the COMMIT-push timers (one per dispatcher per
+        # 50 ms) and the odd wake for a push that found the window full: far
+        # fewer than one per append (about three per append before).
+        assert wakes["dispatchers"] < appends / 4, wakes
         await c.wait_converged()
         end = server.store.ledger_end_index
         for node, follower in c.servers.items():
