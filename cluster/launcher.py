@@ -29,7 +29,6 @@ groups' registrations) over mutual TLS on base-port+290, with auth on.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import sys
@@ -39,6 +38,7 @@ from pathlib import Path
 from cluster.secure_setup import PEER_PORT_OFFSET, SecureSetup
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError
+from dledger.membership import Membership
 
 METRICS_PORT_OFFSET = 100
 FRONT_END_PORT_OFFSET = 300
@@ -312,7 +312,7 @@ def check_data_dirs(nodes: list[NodeSpec]) -> None:
         if not path.exists():
             continue
         try:
-            saved = {str(m["id"]): str(m["address"]) for m in json.loads(path.read_text())["members"]}
+            saved = {m.id: m.address for m in Membership.from_json(path.read_text()).members}
         except (OSError, ValueError, KeyError, TypeError):
             continue   # the node itself says what is wrong with it
         planned = {n.id: n.peer_address for n in nodes if n.group == node.group}

@@ -363,12 +363,13 @@ async def wait_serving(client: DLedgerClient, addresses: list[str], timeout: flo
     three nodes listen, and on a loaded machine the third may not yet."""
     deadline = time.monotonic() + timeout
     waiting = list(addresses)
-    while waiting:
+    while True:
         waiting = [a for a in waiting if await client.metadata(a) is None]
-        if waiting and time.monotonic() >= deadline:
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
             raise TimeoutError(f"{waiting} not answering within {timeout}s")
-        if waiting:
-            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)
 
 
 async def find_leader(client: DLedgerClient, addresses: list[str], timeout: float = 15.0) -> str:

@@ -337,13 +337,9 @@ class MembershipLog:
         else:
             # The first start of this data directory (or of one from before
             # the file held the starting configuration): keep what --peers
-            # says now. Restarted with other --peers before any change has
-            # committed, the node took them for the group's configuration, so
-            # nodes could disagree on who the members are (a chaos run's
-            # harness restarted nodes with a moved member's new address while
-            # the move had not committed: the moved server was then a member
-            # for the others and not for itself, and the group had no
-            # majority for 47 s). Changes are log entries; --peers only starts a group.
+            # says now, so that later --peers cannot change it. Otherwise
+            # nodes restarted with different --peers before any change has
+            # committed disagree on who the members are.
             self._save()
         for index, body in scan(self.committed_index):
             self._add(index, body)

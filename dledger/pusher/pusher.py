@@ -468,13 +468,16 @@ class DLedgerEntryPusher:
             self._wake_for_membership()
 
     def _wake_for_membership(self) -> None:
-        """Wake the checker task if a commit may let it promote a learner or
-        step this leader down after its removal (check_quorum); with neither
-        possible, as in a steady configuration, a wake-up per commit only
-        found nothing to do."""
-        current = self.membership.current
-        if current.learners or not current.is_voter(self.config.self_id):
+        """Wake the checker task if a commit may give check_quorum a
+        membership step to take; in a steady configuration a wake-up per
+        commit only found nothing to do."""
+        if self._membership_step_possible():
             self._checker_wakeup.set()
+
+    def _membership_step_possible(self) -> bool:
+        """A learner to promote, or this leader's own removal to finish."""
+        current = self.membership.current
+        return bool(current.learners) or not current.is_voter(self.config.self_id)
 
     async def _quorum_ack_checker(self) -> None:
         while True:
@@ -486,7 +489,7 @@ class DLedgerEntryPusher:
             self.quorum.expire(self.clock.now())
 
     def check_quorum(self) -> None:
-        if self._advance_commit():
+        if self._advance_commit() and self._membership_step_possible():
             self._maybe_promote()
             self._step_down_if_removed()
 
