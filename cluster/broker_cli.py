@@ -487,6 +487,9 @@ def add_node_broker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="name servers this broker group registers with (several groups, one cluster)")
     parser.add_argument("--cluster-name", metavar="NAME", help="the cluster the group registers under "
                                                                "(default DefaultCluster)")
+    parser.add_argument("--hot-messages-mb", type=non_negative_int, metavar="MB",
+                        help="the leader keeps its newest committed messages decoded, up to this many MB "
+                             "stored, for consumers reading the tail (default 64; 0: off)")
     parser.add_argument("--register-interval", type=positive_float, metavar="SECONDS",
                         help="how often the group's leader registers with the name servers (default 30)")
     parser.add_argument("--front-ends", type=front_ends_arg, metavar="ID=HOST:PORT[,...]",
@@ -502,6 +505,8 @@ def broker_settings(args: argparse.Namespace) -> dict[str, Any]:
              "default_queues": "default_queue_nums", "cluster_name": "cluster_name",
              "register_interval": "register_interval_s"}
     settings = {field: getattr(args, dest) for dest, field in flags.items() if getattr(args, dest, None) is not None}
+    if getattr(args, "hot_messages_mb", None) is not None:
+        settings["hot_message_bytes"] = args.hot_messages_mb << 20
     if getattr(args, "namesrv_addrs", None):
         settings["namesrv_addrs"] = tuple(args.namesrv_addrs)
     if getattr(args, "front_ends", None):

@@ -184,7 +184,8 @@ class Node:
         self.metrics.bind(self.server.status, asyncio.get_running_loop())
         broker_settings = broker_config(config, self.broker_settings)
         self.store = MessageStore(MessageStoreConfig(store_dir=os.path.join(config.data_dir, "store"),
-                                                     legacy_untagged_entries=broker_settings.legacy_untagged_entries),
+                                                     legacy_untagged_entries=broker_settings.legacy_untagged_entries,
+                                                     hot_message_bytes=broker_settings.hot_message_bytes),
                                   self.server, store_host(config))
         # The broker registers its state machines with the store before the
         # store replays the log into them.

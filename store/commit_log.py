@@ -28,6 +28,7 @@ from store import message_const as mc
 from store.codec import MessageExt
 from store.errors import (PutOutcomeUnknownError, StoreError, StoreFullError,
                           StoreUnavailableError)
+from store.hot_messages import HotMessages
 from store.message_id import create_offset_message_id
 from store.socket_address import SocketAddress
 
@@ -65,7 +66,7 @@ def gets_queue_offset(sys_flag: int) -> bool:
 
 class DLedgerCommitLog:
     def __init__(self, server: DLedgerServer, store_host: SocketAddress,
-                 queue_end: Callable[[str, int], int]) -> None:
+                 queue_end: Callable[[str, int], int], hot_bytes: int = 0) -> None:
         """`queue_end(topic, queue_id)`: the ConsumeQueue's max offset, which is
         where a leader starts assigning for a queue it has not written yet."""
         self.server = server
@@ -76,6 +77,8 @@ class DLedgerCommitLog:
         self._offsets_term = -1
         # See MessageStoreConfig.legacy_untagged_entries.
         self.legacy_untagged_entries = False
+        # The newest messages this leader stored, once committed (store/hot_messages.py).
+        self.hot = HotMessages(hot_bytes)
 
     @property
     def log(self):  # noqa: ANN201 - the DLedgerFileStore
@@ -104,6 +107,13 @@ class DLedgerCommitLog:
 
     def min_physical_offset(self) -> int:
         return self.min_position() + DLEDGER_HEADER_SIZE
+
+    def read_hot(self, physical_offset: int, size: int | None = None) -> MessageExt | None:
+        """The message at `physical_offset` from the hot messages, if held and
+        still retained (None: read it from the log)."""
+        if not self.hot.enabled or physical_offset < self.min_physical_offset():
+            return None
+        return self.hot.get(physical_offset, size)
 
     def read(self, physical_offset: int, size: int | None = None) -> bytes | None:
         """The stored message at `physical_offset`, if committed and retained
@@ -154,6 +164,11 @@ class DLedgerCommitLog:
             if self.log.write_position == written_from:
                 self._next_offsets = before  # nothing written: the offsets are free again
             raise store_error(error) from None
+        if self.hot.enabled:
+            # Committed now: final, so consumers may read them from memory.
+            remember = self.hot.remember
+            for message, body, pos in zip(messages, bodies, positions):
+                remember(pos + DLEDGER_HEADER_SIZE, codec.decoded_fields(body, message))
         return [PutResult(self.store_host,
                           pos + DLEDGER_HEADER_SIZE, message.queue_id, queue_offset, len(body), now, first + i)
                 for i, (message, body, pos, queue_offset)

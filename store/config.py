@@ -33,6 +33,10 @@ class MessageStoreConfig:
     # entry are deleted (the log's own retention runs in dledger/).
     clean_interval_s: float = 10.0
 
+    # The leader keeps its newest committed messages decoded, up to this many
+    # stored bytes, for consumers reading the tail (store/hot_messages.py); 0: none.
+    hot_message_bytes: int = 64 << 20
+
     # Limits of a put (RocketMQ: maxMessageSize 4 MiB, properties < 32 KiB).
     max_message_size: int = 4 << 20
     # A new leader waits this long for its apply loop to reach the start of

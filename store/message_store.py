@@ -92,7 +92,7 @@ class MessageStore:
         self.groups = SubscriptionGroupManager(config.config_dir)
         self.offsets = ConsumerOffsetManager(config.config_dir)
         self.managers: list[ConfigManager] = [self.topics, self.groups, self.offsets]
-        self.commit_log = DLedgerCommitLog(server, store_host, self._queue_end)
+        self.commit_log = DLedgerCommitLog(server, store_host, self._queue_end, config.hot_message_bytes)
         self.commit_log.legacy_untagged_entries = config.legacy_untagged_entries
         self.consume_queues: ConsumeQueueStore | None = None
         self.index: IndexService | None = None
@@ -448,6 +448,9 @@ class MessageStore:
     def read_message(self, physical_offset: int, size: int | None = None) -> MessageExt | None:
         """The committed message at a physical offset (None when not there);
         `size`, when known (a ConsumeQueue unit's), saves a read."""
+        hot = self.commit_log.read_hot(physical_offset, size)
+        if hot is not None:
+            return hot
         body = self.commit_log.read(physical_offset, size)
         if body is None:
             return None
