@@ -166,9 +166,9 @@ class DLedgerCommitLog:
             raise store_error(error) from None
         if self.hot.enabled:
             # Committed now: final, so consumers may read them from memory.
-            remember = self.hot.remember
-            for message, body, pos in zip(messages, bodies, positions):
-                remember(pos + DLEDGER_HEADER_SIZE, codec.decoded_fields(body, message))
+            fields_of = codec.decoded_fields
+            self.hot.remember([(pos + DLEDGER_HEADER_SIZE, fields_of(body, message))
+                               for message, body, pos in zip(messages, bodies, positions)])
         return [PutResult(self.store_host,
                           pos + DLEDGER_HEADER_SIZE, message.queue_id, queue_offset, len(body), now, first + i)
                 for i, (message, body, pos, queue_offset)

@@ -43,18 +43,28 @@ class HotMessages:
     def __len__(self) -> int:
         return len(self._held)
 
-    def remember(self, physical_offset: int, fields: DecodedFields) -> None:
-        """Hold the committed message at `physical_offset`."""
-        size = fields[0][0]
-        if size > self.capacity_bytes or physical_offset in self._held:
-            return
-        self._held[physical_offset] = fields
-        self._order.append((physical_offset, size))
-        self.held_bytes += size
-        while self.held_bytes > self.capacity_bytes:
-            oldest, oldest_size = self._order.popleft()
-            del self._held[oldest]
-            self.held_bytes -= oldest_size
+    def remember(self, held: list[tuple[int, DecodedFields]]) -> None:
+        """Hold committed messages: (physical offset, fields), in log order."""
+        store, order = self._held, self._order
+        added = 0
+        for physical_offset, fields in held:
+            size = fields[0][0]
+            store[physical_offset] = fields
+            order.append((physical_offset, size))
+            added += size
+        self.held_bytes += added
+        if self.held_bytes > self.capacity_bytes:
+            self._evict()
+
+    def _evict(self) -> None:
+        store, order = self._held, self._order
+        held_bytes, capacity = self.held_bytes, self.capacity_bytes
+        while held_bytes > capacity and order:
+            oldest, oldest_size = order.popleft()
+            # A physical offset is held once: committed, it is never put again.
+            del store[oldest]
+            held_bytes -= oldest_size
+        self.held_bytes = held_bytes
 
     def get(self, physical_offset: int, size: int | None = None) -> MessageExt | None:
         """A new MessageExt for the message at `physical_offset` (of stored

@@ -118,7 +118,7 @@ def test_the_oldest_go_first_once_the_bound_is_reached():
                                 born_host=SocketAddress("127.0.0.1", 1))
         record = codec.encode(m)
         records.append((m.physical_offset, record))
-        hot.remember(m.physical_offset, codec.decoded_fields(record, m))
+        hot.remember([(m.physical_offset, codec.decoded_fields(record, m))])
     size = len(records[0][1])
     assert hot.held_bytes == len(hot) * size <= 1000 < (len(hot) + 1) * size
     held = [offset for offset, _ in records if hot.get(offset) is not None]
