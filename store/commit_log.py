@@ -79,6 +79,7 @@ class DLedgerCommitLog:
         self.legacy_untagged_entries = False
         # The newest messages this leader stored, once committed (store/hot_messages.py).
         self.hot = HotMessages(hot_bytes)
+        self._retained = (-2, 0)   # (the log's first index, min_physical_offset then)
 
     @property
     def log(self):  # noqa: ANN201 - the DLedgerFileStore
@@ -111,9 +112,17 @@ class DLedgerCommitLog:
     def read_hot(self, physical_offset: int, size: int | None = None) -> MessageExt | None:
         """The message at `physical_offset` from the hot messages, if held and
         still retained (None: read it from the log)."""
-        if not self.hot.enabled or physical_offset < self.min_physical_offset():
+        if not self.hot.enabled or physical_offset < self._retained_from():
             return None
         return self.hot.get(physical_offset, size)
+
+    def _retained_from(self) -> int:
+        """min_physical_offset, worked out again only when retention has moved
+        the log's first entry (it looked the position up on every read)."""
+        begin = self.log.ledger_begin_index
+        if self._retained[0] != begin:
+            self._retained = (begin, self.min_physical_offset())
+        return self._retained[1]
 
     def read(self, physical_offset: int, size: int | None = None) -> bytes | None:
         """The stored message at `physical_offset`, if committed and retained

@@ -5,6 +5,7 @@ nothing for the next reader."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -140,3 +141,25 @@ def test_a_property_that_is_not_text_is_refused_by_encode(name, value):
 def test_disabled_holds_nothing():
     hot = HotMessages(0)
     assert not hot.enabled
+
+
+async def test_a_held_message_that_retention_removed_is_not_read(tmp_path):
+    c = StoreCluster(str(tmp_path), data_file_size=16 * 1024, max_entry_size=8 * 1024, retention_s=0.0,
+                     retention_check_interval_s=0.2, store={"clean_interval_s": 0.2})
+    await c.start()
+    try:
+        await c.create_topic("T", queues=1)
+        store = await c.leader_store()
+        results = []
+        for _ in range(12):
+            results += await store.put_messages([message("T", os.urandom(1000)) for _ in range(4)])
+        first = results[0].physical_offset
+        assert store.read_message(first) is not None      # held, and still in the log
+        leader = await c.wait_leader()
+        await c.wait_log_cut([leader], past=results[0].index)
+        assert first in store.commit_log.hot._held        # still held in memory ...
+        assert store.read_message(first) is None          # ... but gone from the log: not read
+        last = results[-1]
+        assert store.read_message(last.physical_offset, last.size) is not None
+    finally:
+        await c.stop()
