@@ -101,6 +101,8 @@ class Connection:
         self._messaging: dict[str, service_pb2_grpc.MessagingServiceStub] = {}
         self._leader: str | None = None
         self._discovery: asyncio.Task[str] | None = None
+        # Metadata asked of a leader that another node named (for its link port).
+        self._link_probes: dict[str, asyncio.Future[object]] = {}
         # Sends, receives and acks on the nodes' messaging links (broker/client/link.py).
         self.links = MessagingLinks(self.security, self.client_id, config.links)
         self.watchdog = LeaderWatchdog(self._probe_quietly, lambda: list(self.servers), config.leader_check_after_s)
@@ -177,6 +179,8 @@ class Connection:
         self.closed = True
         if self._discovery is not None:
             self._discovery.cancel()
+        for probe in list(self._link_probes.values()):
+            probe.cancel()
         await self.watchdog.close()
         await self.links.close()
         channels, self._channels, self._messaging = list(self._channels.values()), {}, {}
@@ -205,6 +209,23 @@ class Connection:
         """The watchdog heard of a new leader."""
         self._leader = address
         self.watchdog.leader, self.watchdog.term = address, term
+        self._learn_link_port(address)
+
+    def _learn_link_port(self, leader: str) -> None:
+        """A leader that another node named has not told its link port, which
+        only its own Metadata answer carries: ask it, in the background.
+        Without it every call to that leader stayed on gRPC (a client given
+        one follower's address consumed at 5,200 messages a second against
+        8,500 on the link)."""
+        if not self.links.enabled or self.links.knows(leader) or self.closed or leader in self._link_probes:
+            return
+        probe = self._link_probes[leader] = asyncio.ensure_future(self._probe_quietly(leader))
+
+        def done(finished: asyncio.Future[object]) -> None:
+            self._link_probes.pop(leader, None)
+            if not finished.cancelled() and finished.exception() is not None:
+                log.debug("asking %s for its link port failed: %s", leader, finished.exception())
+        probe.add_done_callback(done)
 
     async def refresh_leader(self) -> str:
         self._leader = None
@@ -232,6 +253,7 @@ class Connection:
         if best is not None:
             self._leader = best[2]
             self.watchdog.leader, self.watchdog.term = best[2], best[0]
+            self._learn_link_port(best[2])
             return best[2]
         if front_ends:
             # Kept like a leader: every call goes there until it fails (the

@@ -79,6 +79,10 @@ class MessagingLinks:
         if answer.client_link_port:
             self._targets[address] = (answer.group, answer.client_link_port)
 
+    def knows(self, address: str) -> bool:
+        """Whether the node at `address` told its link port."""
+        return address in self._targets
+
     def get(self, address: str) -> MessagingLink | None:
         """The open link to `address` with room for a call, or None (one is
         then dialed in the background if it may be)."""

@@ -111,6 +111,27 @@ async def test_sends_receives_and_acks_ride_the_link_and_are_answered_as_on_grpc
     assert errors[0] == errors[1], errors
 
 
+async def test_a_client_given_one_follower_sends_on_the_leaders_own_link(cluster):
+    # Only the leader's Metadata answer carries its link port: a client that
+    # learned the leader from a follower's answer must still ask the leader.
+    topic = f"OneFollower{uuid.uuid4().hex[:6]}"
+    await _create_topic(cluster, topic)
+    leader = cluster.addresses[await leader_of(cluster)]
+    follower = next(address for address in cluster.addresses.values() if address != leader)
+    async with Producer(follower, [topic]) as producer:
+        links = producer.connection.links
+        for _ in range(100):
+            await producer.send(Message(topic, b"to the leader"))
+            if links.get(leader) is not None:
+                break
+            await asyncio.sleep(0.02)
+        assert producer.connection.known_leader == leader
+        assert links.get(leader) is not None, "no link to the leader was ever opened"
+        before = links.calls_by_path["link"]
+        await asyncio.gather(*(producer.send(Message(topic, b"on the link")) for _ in range(20)))
+        assert links.calls_by_path["link"] > before
+
+
 async def test_a_link_cut_under_load_loses_and_doubles_no_send(cluster):
     topic = f"Cut{uuid.uuid4().hex[:6]}"
     await _create_topic(cluster, topic)
