@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from broker.messaging_link import MessagingLinks
     from dledger.rpc.client_link import ClientLinkServer
     from dledger.rpc.peer_client import GrpcTransport
+    from store.hot_messages import HotMessages
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +238,25 @@ class MessagingLinkCollector(Collector):
         yield calls
 
 
+class HotMessagesCollector(Collector):
+    """The leader's decoded newest messages (store/hot_messages.py)."""
+
+    def __init__(self, hot: HotMessages, group: str, self_id: str) -> None:
+        self._hot = hot
+        self._labels = [group, self_id]
+
+    def collect(self) -> Iterable[Metric]:
+        reads = CounterMetricFamily("dledger_hot_message_reads", "Message reads served from the leader's hot "
+                                    "messages (hit) or from the log (miss)", labels=["group", "self_id", "outcome"])
+        reads.add_metric([*self._labels, "hit"], self._hot.hits)
+        reads.add_metric([*self._labels, "miss"], self._hot.misses)
+        yield reads
+        held = GaugeMetricFamily("dledger_hot_message_bytes", "Stored size of the messages held decoded",
+                                 labels=["group", "self_id"])
+        held.add_metric(self._labels, self._hot.held_bytes)
+        yield held
+
+
 class NodeMetrics:
     """One node's registry, observer and (optionally) HTTP endpoint.
 
@@ -283,6 +303,9 @@ class NodeMetrics:
 
     def bind_messaging_links(self, links: MessagingLinks) -> None:
         self.registry.register(MessagingLinkCollector(links, self.group, self.self_id))
+
+    def bind_hot_messages(self, hot: HotMessages) -> None:
+        self.registry.register(HotMessagesCollector(hot, self.group, self.self_id))
 
     def bind_forwarding(self, counts: Callable[[], tuple[int, int, int]]) -> None:
         self.registry.register(ForwardingCollector(counts, self.group, self.self_id))

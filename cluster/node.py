@@ -192,6 +192,7 @@ class Node:
         self.broker = Broker(broker_settings, self.store, self.server, tls=self.tls,
                              registration_observer=self.metrics.on_registration, signing=signing)
         self.metrics.bind_forwarding(self.broker.forwarder.counts)
+        self.metrics.bind_hot_messages(self.store.commit_log.hot)
         guard = self.guard = AccessGuard(auth, self.broker.auth_metadata)
         guard.on_denied = self.metrics.on_auth_denied
         if self._auth_interceptor is not None:

@@ -440,9 +440,11 @@ def decode(buf: bytes | bytearray | memoryview, offset: int = 0, *, crc_checked:
 # What `decode` would return for a record just encoded, without decoding it:
 # the fixed fields as unpacked from the record, topic, body and properties as
 # they went in (encode writes them so that decode gives them back unchanged).
-# A tuple of ints, strs, bytes and a str-to-str dict, which the garbage
-# collector need not track: a cache of many of them costs no collection time.
-DecodedFields = tuple[tuple[Any, ...], tuple[Any, ...], str, bytes, dict[str, str]]
+# Only tuples, ints, strs and bytes, the properties as (name, value) pairs:
+# the garbage collector stops tracking such a tuple at its first collection
+# (a dict inside, even an untracked one, would keep it tracked), so a cache
+# of many of them adds nothing to a full collection's walk.
+DecodedFields = tuple[tuple[Any, ...], tuple[Any, ...], str, bytes, tuple[tuple[str, str], ...]]
 
 
 def decoded_fields(record: bytes | bytearray | memoryview, message: MessageExt) -> DecodedFields:
@@ -453,12 +455,12 @@ def decoded_fields(record: bytes | bytearray | memoryview, message: MessageExt) 
     prefix = _PREFIX.unpack_from(record, 0)
     middle = _MIDDLE[prefix[7] & _V6_BITS].unpack_from(record, _PREFIX.size)
     body = message.body if type(message.body) is bytes else bytes(message.body)
-    return prefix, middle, message.topic, body, dict(properties)
+    return prefix, middle, message.topic, body, tuple(properties.items())
 
 
 def from_decoded_fields(fields: DecodedFields) -> MessageExt:
     """A new MessageExt equal to `decode` of the record `fields` came from
-    (its own properties dict: callers may change what they get)."""
+    (a properties dict of its own: callers may change what they get)."""
     prefix, middle, topic, body, properties = fields
     return MessageExt(topic, body, prefix[3], prefix[4], prefix[5], prefix[6], prefix[7], prefix[8],
                       SocketAddress.from_packed_ip(middle[0], middle[1]), middle[2],

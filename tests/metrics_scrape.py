@@ -6,10 +6,12 @@ import urllib.request
 from collections.abc import Iterable
 
 
-def counter_total(ports: Iterable[int], name: str, host: str = "127.0.0.1") -> float:
-    """The sum of counter `name` (every label set) over the /metrics of the
-    nodes on `ports`; 0 where a node has not counted any yet."""
-    pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", re.M)
+def counter_total(ports: Iterable[int], name: str, host: str = "127.0.0.1", label: str = "") -> float:
+    """The sum of counter `name` (every label set, or those with `label`,
+    such as 'outcome="hit"') over the /metrics of the nodes on `ports`; 0
+    where a node has not counted any yet."""
+    labels = rf"\{{[^}}]*{re.escape(label)}[^}}]*\}}" if label else rf"(?:\{{[^}}]*\}})?"
+    pattern = re.compile(rf"^{re.escape(name)}{labels} (\S+)$", re.M)
     total = 0.0
     for port in ports:
         with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as answer:

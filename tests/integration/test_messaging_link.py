@@ -94,6 +94,9 @@ async def test_sends_receives_and_acks_ride_the_link_and_are_answered_as_on_grpc
         assert paths["link"] >= 3, paths   # receives and acks, after the first receive's dial
     assert sorted(b for b in received.values() if b != b"warm-up") == sorted(bodies)
     assert counter_total(cluster.metrics_ports.values(), "dledger_messaging_link_calls_total") >= sent_on_link + 3
+    # Consumers at the tail read the leader's hot messages (store/hot_messages.py).
+    hits = counter_total(cluster.metrics_ports.values(), "dledger_hot_message_reads_total", label='outcome="hit"')
+    assert hits >= len(bodies), hits
 
     # A refusal is the same on either path: a plain message to a FIFO topic.
     fifo = f"Fifo{topic}"
