@@ -51,6 +51,10 @@ LEADER_SEARCH_S = 3.0
 # A scrubber pass over a chaos run's log (about 150 MiB at 8 MiB/s) takes
 # about 20 s: a node's damage counts as unrepaired at least this long.
 DAMAGE_FOUND_WITHIN_S = 30.0
+# How long a node whose fdatasync failed may take to stop before the heal
+# gives up waiting (a clean shutdown takes a second or two; a supervisor
+# such as systemd restarts it once it has exited).
+FATAL_STOP_WAIT_S = 15.0
 
 
 @dataclass
@@ -238,9 +242,23 @@ class Nemesis:
         window = self.history.fault_started(FSYNC_FAIL, (node,), "its next fdatasync fails")
 
         async def heal() -> None:
-            (self.cluster.failpoints_dir(node) / failpoints.FSYNC).unlink(missing_ok=True)
+            try:
+                (self.cluster.failpoints_dir(node) / failpoints.FSYNC).unlink()
+                fired = False
+            except FileNotFoundError:
+                fired = True   # the node removed it as it failed the fdatasync
             proc = self.cluster.procs.get(node)
-            if proc is not None and proc.poll() is not None:
+            if proc is None:
+                return
+            if fired:
+                # The node stops after a fatal disk error, but its clean
+                # shutdown may outlast the fault's window: a heal that looked
+                # once left it down until another fault restarted it (seed
+                # 4711: 84 s, with another node wiped, no quorum for 71 s).
+                deadline = asyncio.get_running_loop().time() + FATAL_STOP_WAIT_S
+                while proc.poll() is None and asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(0.05)
+            if proc.poll() is not None:
                 window.detail += f"; it stopped (exit {proc.returncode})"
                 self.cluster.procs.pop(node)
                 if node in self.cluster.ids:
