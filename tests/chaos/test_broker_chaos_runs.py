@@ -61,7 +61,9 @@ async def short_run(kind: str, out: Path, seed: int, duration_s: float = DURATIO
 
 async def test_leader_kill_with_the_official_client(tmp_path: Path):
     summary = await short_run(KILL_LEADER, tmp_path, seed=5, workload=replace(WORKLOAD, official=True))
-    assert summary["official_sends"]["ok"] > 10
+    # It sent, and lost none (under the full suite's load it once sent exactly
+    # 10 in the 5 s: its process takes seconds of CPU to start).
+    assert summary["official_sends"]["ok"] >= 5
     assert summary["official_sends"]["fail"] == summary["official_sends"]["unknown"] == 0
     assert summary["calls"]["send"]["fail"] == 0
     # Routed to the front ends, the official client's connections outlive the kill.
