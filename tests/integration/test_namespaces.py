@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import grpc
 import pytest
 
 from broker.client import Message, Producer, SimpleConsumer
@@ -14,6 +15,7 @@ from broker.client.errors import ClientError
 from cluster.process_cluster import ProcessCluster, find_leader
 from dledger.client import DLedgerClient
 from dledger.rpc.credentials import ClientSecurity
+from rpcgen import dledger_pb2, dledger_pb2_grpc
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.pydledger.auth.v1 import auth_pb2 as apb
 from rpcgen.pydledger.auth.v1 import auth_pb2_grpc
@@ -25,6 +27,25 @@ ADMIN = ClientSecurity(user="admin", secret="admin-secret-0123")
 
 def as_user(user: str, namespace: str) -> ClientSecurity:
     return ClientSecurity(user=user, secret=f"{user}-secret-1", namespace=namespace)
+
+
+async def known_everywhere(servers: list[str], user: ClientSecurity, timeout: float = 15.0) -> None:
+    """Every node knows `user`: users are replicated state, and a follower
+    that has not applied the entry yet refuses the user (a fixed 0.5 s wait
+    was once too short under the full suite's load)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    for address in servers:
+        async with user.channel(address) as channel:
+            stub = dledger_pb2_grpc.DLedgerServiceStub(channel)
+            while True:
+                try:
+                    await stub.Metadata(dledger_pb2.MetadataRequest(header=dledger_pb2.Header()), timeout=2)
+                    break
+                except grpc.aio.AioRpcError as error:
+                    if error.code() != grpc.StatusCode.UNAUTHENTICATED or \
+                            asyncio.get_running_loop().time() > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
 
 
 async def receive_all(servers: list[str], group: str, topic: str, namespace: str, security: ClientSecurity,
@@ -58,7 +79,8 @@ async def test_namespaces_separate_topics_and_take_acls(tmp_path: Path) -> None:
                 await stub.CreateUser(apb.UserRequest(name=user, secret=f"{user}-secret-1"), timeout=10)
                 await stub.CreateAcl(apb.CreateAclRequest(subject=f"User:{user}", entries=[
                     apb.AclEntry(resource=f"Namespace:{namespace}", actions=["Pub", "Sub"])]), timeout=10)
-        await asyncio.sleep(0.5)
+        for user, namespace in (("nina", "ns1"), ("otto", "ns2")):
+            await known_everywhere(servers, as_user(user, namespace))
         for user, namespace in (("nina", "ns1"), ("otto", "ns2")):
             async with Producer(servers, ["orders"], namespace=namespace, security=as_user(user, namespace)) as p:
                 for i in range(3):
