@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dledger.config import PeerAddress
+from store.config import MessageStoreConfig
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,9 @@ class BrokerConfig:
     # header's channel: apply untagged entries shaped like store entries
     # (store/config.py). Every node alike, or none.
     legacy_untagged_entries: bool = False
-    # MessageStoreConfig.hot_message_bytes: the leader's decoded newest
-    # committed messages, for consumers at the tail (store/hot_messages.py).
-    hot_message_bytes: int = 64 << 20
+    # The leader's decoded newest committed messages, for consumers at the
+    # tail (store/hot_messages.py); the store's default.
+    hot_message_bytes: int = MessageStoreConfig.hot_message_bytes
     auto_create_group: bool = True
     default_queue_nums: int = 8                # BrokerConfig.defaultTopicQueueNums
     max_body_size: int = 4 << 20

@@ -75,8 +75,3 @@ class HotMessages:
             return None
         self.hits += 1
         return codec.from_decoded_fields(fields)
-
-    def clear(self) -> None:
-        self._held.clear()
-        self._order.clear()
-        self.held_bytes = 0
