@@ -42,7 +42,9 @@ async def known_everywhere(servers: list[str], user: ClientSecurity, timeout: fl
                     await stub.Metadata(dledger_pb2.MetadataRequest(header=dledger_pb2.Header()), timeout=2)
                     break
                 except grpc.aio.AioRpcError as error:
-                    if error.code() != grpc.StatusCode.UNAUTHENTICATED or \
+                    # Refused until the node has applied the user; unavailable
+                    # while a node started with the others does not listen yet.
+                    if error.code() not in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNAVAILABLE) or \
                             asyncio.get_running_loop().time() > deadline:
                         raise
                     await asyncio.sleep(0.1)
