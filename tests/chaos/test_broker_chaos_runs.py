@@ -76,7 +76,10 @@ async def test_a_secured_cluster_passes_the_leader_kill_run(tmp_path: Path):
     sign as admin and trust the run's CA."""
     summary = await short_run(KILL_LEADER, tmp_path, seed=5, workload=replace(WORKLOAD, official=True), secure=True)
     assert summary["secure"] and summary["peer_traffic"]["forwarded_bytes"] > 0
-    assert summary["official_sends"]["ok"] > 10 and summary["official_sends"]["fail"] == 0
+    # At least a few sends (its process takes seconds of CPU to start; under
+    # the full suite's load CI once saw 9 in the 5 s), none lost.
+    assert summary["official_sends"]["ok"] >= 5
+    assert summary["official_sends"]["fail"] == summary["official_sends"]["unknown"] == 0
     assert summary["calls"]["send"]["fail"] == 0
     assert "tls=mutual" in (tmp_path / "nodes" / "n0.log").read_text()
 
