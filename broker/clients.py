@@ -80,6 +80,12 @@ class ClientRegistry:
         if session is not None:
             session.outbox.put_nowait(None)
 
+    def close_all(self) -> None:
+        """End every Telemetry session (a stopping node's): their clients
+        attach again where they are sent next."""
+        for session in list(self.sessions.values()):
+            session.outbox.put_nowait(None)
+
     # -------------------------------------------------------------- telemetry
     async def telemetry(self, client_id: str, commands: AsyncIterator[spb.TelemetryCommand],
                         until: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[spb.TelemetryCommand]:

@@ -39,6 +39,7 @@ from typing import Any, Awaitable, Callable, Iterable, Sequence
 import grpc
 
 from dledger.rpc.handler_capture import HandlerCapture
+from dledger.rpc.stream_server import OpenStreams
 from rpcgen.pydledger.relay.v1 import relay_pb2 as rpb
 from rpcgen.pydledger.relay.v1 import relay_pb2_grpc
 
@@ -352,8 +353,11 @@ class RelayContext:
 
 
 class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
-    def __init__(self, handlers: RelayedHandlers) -> None:
+    def __init__(self, handlers: RelayedHandlers, streams: OpenStreams | None = None) -> None:
         self.handlers = handlers
+        # A stopping leader ends its relay streams once their calls are
+        # answered (calls not read yet fail UNAVAILABLE, never started).
+        self.streams = streams or OpenStreams()
 
     async def Calls(self, requests: Any, context: grpc.aio.ServicerContext) -> None:
         """Each call runs in a task of its own, cancelled (unanswered) when the
@@ -368,7 +372,7 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
         try:
             while True:
                 try:
-                    request = await context.read()
+                    request = await self.streams.read(context)
                 except grpc.aio.BaseError:
                     return
                 if request is grpc.aio.EOF:

@@ -40,6 +40,7 @@ from dledger.rpc.peer_client import GrpcTransport
 from dledger.rpc.client_link import ClientLinkServer, server_tls_context
 from dledger.rpc.peer_link import PeerLinkServer, server_context
 from dledger.rpc.service import DLedgerServicer, add_dledger_service
+from dledger.rpc.stream_server import OpenStreams
 from dledger.server import DLedgerServer
 from rpcgen import dledger_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2_grpc as messaging_grpc
@@ -158,6 +159,7 @@ class Node:
         self.store: MessageStore | None = None
         self.broker: Broker | None = None
         self._stopped = False
+        self.streams = OpenStreams()
 
     async def start(self) -> None:
         config = self.config
@@ -170,7 +172,7 @@ class Node:
         self.transport = GrpcTransport(config, self.tls, signing)
         self.metrics.bind_peer_transport(self.transport)
         self.server = DLedgerServer(config, self.transport, observer=self.metrics.observer)
-        servicer = DLedgerServicer(self.server, os.getpid(), config.metrics_address)
+        servicer = DLedgerServicer(self.server, os.getpid(), config.metrics_address, self.streams)
         self._build_servers(servicer, auth)
         await self._start_peer_links(auth)
         await self._start_client_links(auth)
@@ -191,6 +193,7 @@ class Node:
         # store replays the log into them.
         self.broker = Broker(broker_settings, self.store, self.server, tls=self.tls,
                              registration_observer=self.metrics.on_registration, signing=signing)
+        self.streams.on_close(self.broker.clients.close_all)
         self.metrics.bind_forwarding(self.broker.forwarder.counts)
         self.metrics.bind_hot_messages(self.store.commit_log.hot)
         guard = self.guard = AccessGuard(auth, self.broker.auth_metadata)
@@ -242,7 +245,8 @@ class Node:
 
         server = self.peer_server if self.peer_server is not None else self.grpc_server
         assert server is not None
-        relay_grpc.add_RelayServiceServicer_to_server(RelayServicer(RelayedHandlers([register], checks)), server)
+        relay_grpc.add_RelayServiceServicer_to_server(
+            RelayServicer(RelayedHandlers([register], checks), self.streams), server)
 
     def _add_messaging_links(self, messaging: MessagingServicer) -> None:
         """Our broker client's messaging calls on the client link port
@@ -405,6 +409,9 @@ class Node:
         await self.health.enter_graceful_shutdown()
         if self.front_end is not None:
             await self.front_end.stop(self.grace_s)
+        # The grace is for calls in flight; streams held open by peers and
+        # clients end now, once what they carry is answered.
+        self.streams.close()
         await asyncio.gather(*(server.stop(self.grace_s) for server in self._servers))
         if self.peer_links is not None:
             await self.peer_links.stop()

@@ -284,8 +284,11 @@ async def _converge(options: ChaosOptions, cluster: ProcessCluster, admin: DLedg
         state.still_repairing = await wait_repaired(admin, cluster, repaired, options.convergence_timeout_s)
         await _read_logs(admin, repaired, state)
     if options.workload == "broker" and not state.unconverged:
-        # A clean stop writes every node's derived state to its files.
-        cluster.stop_all()
+        # A clean stop writes every node's derived state to its files. In a
+        # thread: the fault proxies run on this loop, and blocked they would
+        # hold the nodes' connections open (each stop then took its whole
+        # gRPC grace, 2 s).
+        await asyncio.to_thread(cluster.stop_all)
         state.node_states = {node: digest_node(cluster.base / node) for node in state.logs}
 
 

@@ -18,18 +18,19 @@ import grpc
 
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.rpc.edge import answer
-from dledger.rpc.stream_server import serve_each
+from dledger.rpc.stream_server import OpenStreams, serve_each
 from rpcgen import dledger_pb2 as pb
 
 if TYPE_CHECKING:
     from dledger.server import DLedgerServer
 
 
-async def serve_append_stream(server: DLedgerServer, context: grpc.aio.ServicerContext) -> None:
+async def serve_append_stream(server: DLedgerServer, context: grpc.aio.ServicerContext,
+                              streams: OpenStreams | None = None) -> None:
     async def answer_one(request: pb.AppendStreamRequest) -> pb.AppendStreamResponse:
         return await answer_append(server, request)
 
-    await serve_each(context, answer_one)
+    await serve_each(context, answer_one, streams)
 
 
 def split_callers(request: pb.AppendStreamRequest) -> list[list[bytes]]:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from dledger.rpc.edge import answer
-from dledger.rpc.stream_server import serve_each
+from dledger.rpc.stream_server import OpenStreams, serve_each
 from rpcgen import dledger_pb2 as pb
 
 if TYPE_CHECKING:
@@ -54,9 +54,11 @@ async def answer_peer_request(server: DLedgerServer, request: pb.PeerStreamReque
     return response
 
 
-async def serve_peer_stream(server: DLedgerServer, context: grpc.aio.ServicerContext) -> None:
+async def serve_peer_stream(server: DLedgerServer, context: grpc.aio.ServicerContext,
+                            streams: OpenStreams | None = None) -> None:
     """The follower's end: each request answered in its own task
-    (dledger/rpc/stream_server.py), until the leader ends the stream or goes away."""
+    (dledger/rpc/stream_server.py), until the leader ends the stream, goes
+    away, or this node stops (`streams` close)."""
 
     async def answer_one(request: pb.PeerStreamRequest) -> pb.PeerStreamResponse | None:
         response = await answer_peer_request(server, request)
@@ -65,4 +67,4 @@ async def serve_peer_stream(server: DLedgerServer, context: grpc.aio.ServicerCon
                                 f"PeerStream request {request.id} carries neither a push nor a heartbeat")
         return response
 
-    await serve_each(context, answer_one)
+    await serve_each(context, answer_one, streams)

@@ -11,6 +11,7 @@ from dledger.rpc.edge import REJECTS, answer, fill_header
 from dledger.rpc.handler_capture import HandlerCapture
 from dledger.rpc.append_stream import serve_append_stream
 from dledger.rpc.peer_stream import serve_peer_stream
+from dledger.rpc.stream_server import OpenStreams
 from dledger.raw_run import RawRunResponse, serialize_read_response
 from dledger.server import DLedgerServer
 from rpcgen import dledger_pb2 as pb
@@ -31,10 +32,13 @@ def add_dledger_service(servicer: dledger_pb2_grpc.DLedgerServiceServicer, serve
 
 
 class DLedgerServicer(dledger_pb2_grpc.DLedgerServiceServicer):
-    def __init__(self, server: DLedgerServer, pid: int, metrics_address: str) -> None:
+    def __init__(self, server: DLedgerServer, pid: int, metrics_address: str,
+                 streams: OpenStreams | None = None) -> None:
         self.server = server
         self.pid = pid
         self.metrics_address = metrics_address
+        # PeerStream and AppendStream end when the node stops (cluster/node.py).
+        self.streams = streams
 
     @property
     def _ms(self):  # noqa: ANN202 - MemberState
@@ -55,7 +59,7 @@ class DLedgerServicer(dledger_pb2_grpc.DLedgerServiceServicer):
     async def PeerStream(self, request_iterator: AsyncIterator[pb.PeerStreamRequest],
                          context: grpc.aio.ServicerContext) -> None:
         # Requests are read with context.read(), so the iterator stays unused.
-        await serve_peer_stream(self.server, context)
+        await serve_peer_stream(self.server, context, self.streams)
 
     async def LeadershipTransfer(self, request: pb.LeadershipTransferRequest,
                                  context: grpc.aio.ServicerContext) -> pb.LeadershipTransferResponse:
@@ -68,7 +72,7 @@ class DLedgerServicer(dledger_pb2_grpc.DLedgerServiceServicer):
 
     async def AppendStream(self, request_iterator: AsyncIterator[pb.AppendStreamRequest],
                            context: grpc.aio.ServicerContext) -> None:
-        await serve_append_stream(self.server, context)
+        await serve_append_stream(self.server, context, self.streams)
 
     async def Get(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.GetResponse:
         return await answer("Get", self._ms, request, pb.GetResponse, lambda: self.server.handle_get(request))

@@ -1,0 +1,54 @@
+"""A node's clean stop (SIGTERM) with its streams open: three node processes
+with front ends, after sends and a receive through the followers' front ends
+(so a follower relays to the leader), the leader's PeerStream open on each
+follower, and a producer still connected (its Telemetry session on the
+node). Every node stops in well under its shutdown grace (2 s): the streams
+end once what they carry is answered (dledger/rpc/stream_server.py
+OpenStreams); before, each of these stops took the whole grace."""
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from broker.client.consumer import SimpleConsumer
+from broker.client.message import Message
+from broker.client.producer import Producer
+from cluster.node import SHUTDOWN_GRACE_S
+from cluster.process_cluster import ProcessCluster, find_leader
+from dledger.client import DLedgerClient
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*dledger\.node: node (stopping|stopped)$")
+
+
+def stop_seconds(log: Path) -> float:
+    """From the node's "node stopping" line to its "node stopped"."""
+    times = {}
+    for line in log.read_text().splitlines():
+        if match := STAMP.match(line):
+            times[match.group(2)] = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
+    assert set(times) == {"stopping", "stopped"}, f"{log.name} did not stop cleanly"
+    return (times["stopped"] - times["stopping"]).total_seconds()
+
+
+async def test_nodes_stop_without_waiting_out_the_grace_for_open_streams(tmp_path: Path):
+    cluster = ProcessCluster(tmp_path / "nodes", front_ends=True)
+    cluster.start()
+    try:
+        addresses = list(cluster.addresses.values())
+        async with DLedgerClient(addresses) as admin:
+            await find_leader(admin, addresses, timeout=30.0)
+        front_ends = list(cluster.front_ends.values())
+        async with Producer(front_ends) as producer:
+            for i in range(10):
+                await producer.send(Message("StopTopic", b"m%d" % i))
+            async with SimpleConsumer(front_ends, "stop-group", ["StopTopic"], await_duration_s=1.0) as consumer:
+                assert await consumer.receive(16, 30.0)
+            cluster.stop_all()   # the producer still connected
+    finally:
+        cluster.stop_all()
+    took = {node: stop_seconds(cluster.log_dir / f"{node}.log") for node in cluster.ids}
+    assert all(seconds < SHUTDOWN_GRACE_S * 0.6 for seconds in took.values()), took
