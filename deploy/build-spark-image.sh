@@ -10,13 +10,17 @@
 #    image's base) exists; otherwise made from
 #    - wheels: pyspark (an sdist on PyPI, built here once; pip's cache keeps
 #      the built wheel), py4j and pyarrow, at the versions pyproject.toml's
-#      `spark` extra and deploy/constraints.txt pin, in build/spark-image/wheels;
+#      `spark` extra and deploy/constraints.txt pin, in build/spark-image/wheels,
+#      installed here (pip --target, for the engine's platform) into
+#      build/spark-image/spark-python, which the image copies as it is (an
+#      install inside the build would commit those 700 MB twice);
 #    - a Java 17 runtime: jlink from the host's JDK (the one Spark already
 #      needs here) makes build/spark-image/jre with just the modules Spark
 #      uses; it needs only glibc, libstdc++ and zlib, which every base here has;
 #    and `docker build --network none` on the node image's base.
 # 3. The image (deploy/Dockerfile.spark-app): the runtime plus the node
-#    image's virtualenv and the JVM reader's jar for file mode, compiled here
+#    image's virtualenv, a .pth file that points it at Spark's packages, and
+#    the JVM reader's jar for file mode, compiled here
 #    (spark/jvm_reader.py: javac against pyspark's jars, the same version as
 #    the image's) into build/spark-app; without a JDK the image has no jar and
 #    file mode reads with the Python reader. Seconds.
@@ -69,6 +73,21 @@ build_wheels() {
     say "wheels: $(cd "$CONTEXT/wheels" && ls ./*.whl | xargs -n1 basename | tr '\n' ' ')"
 }
 
+install_wheels() {
+    # The wheels' files as the image holds them at /opt/spark-python, for
+    # the engine's Python (3.11) and platform whatever the host's are.
+    local arch
+    arch=$(docker info --format '{{.Architecture}}')
+    rm -rf "$CONTEXT/spark-python"
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --only-binary=:all: \
+        --platform "manylinux2014_$arch" --platform "manylinux_2_28_$arch" --python-version 3.11 \
+        --implementation cp --abi cp311 --target "$CONTEXT/spark-python" "$CONTEXT/wheels/"*.whl
+    chmod 0755 "$CONTEXT/spark-python/pyspark/bin/"* "$CONTEXT/spark-python/pyspark/sbin/"*
+    # The build reads jre/ and spark-python/ only: the wheels stay out of the
+    # context sent to the engine.
+    echo wheels > "$CONTEXT/.dockerignore"
+}
+
 java_home() {
     if [ -n "${JAVA_HOME:-}" ]; then echo "$JAVA_HOME"; return; fi
     dirname "$(dirname "$(readlink -f "$(command -v java)")")"
@@ -110,19 +129,17 @@ recipe() {
 build_runtime() {
     local base=$1 runtime=$2
     build_wheels
+    install_wheels
     build_jre
-    # The install stage is tagged too, so that the build cache keeps it.
-    for target in "--target install --tag pydledger-build:spark-install" "--tag $runtime"; do
-        # shellcheck disable=SC2086
-        docker build --quiet --network none --file deploy/Dockerfile.spark \
-            --build-arg BASE_IMAGE="$base" $target "$CONTEXT" >/dev/null
-    done
+    docker build --quiet --network none --file deploy/Dockerfile.spark \
+        --build-arg BASE_IMAGE="$base" --tag "$runtime" "$CONTEXT" >/dev/null
 }
 
 build_jar() {
     local jar
     rm -rf "$APP_CONTEXT" && mkdir -p "$APP_CONTEXT"
     echo "The Spark image's own files (deploy/build-spark-image.sh)." > "$APP_CONTEXT/README"
+    echo /opt/spark-python > "$APP_CONTEXT/pydledger-spark.pth"
     jar=$("$PYTHON" -c 'from spark.jvm_reader import jar_path; print(jar_path() or "")' 2>/dev/null || true)
     if [ -n "$jar" ]; then
         cp "$jar" "$APP_CONTEXT/pydledger-spark.jar"
