@@ -47,6 +47,9 @@ MAX_READ_BATCH_BYTES = 64 << 20
 # it for this many (maximum) election timeouts: a live one answers every
 # heartbeat interval.
 MOVE_SILENCE_ELECTION_TIMEOUTS = 2
+# While the node's writes wait for a core, the scrubber reads this many times
+# slower (1 MiB/s at the default 8 MiB/s): damage is still found, later.
+SCRUB_YIELD_SLOWDOWN = 8
 
 
 class DLedgerServer:
@@ -604,14 +607,20 @@ class DLedgerServer:
     async def _scrubber(self) -> None:
         """Re-verify committed entries (CRCs and chain links) round and round,
         at config.scrub_bytes_per_s, so that damage is found while the other
-        replicas still hold the entry, not when someone needs it."""
+        replicas still hold the entry, not when someone needs it. While the
+        node takes entries and waits for a core (the replays' verdict,
+        dledger/read_pacer.py), at a SCRUB_YIELD_SLOWDOWN-th of that: a pass
+        took a sixth of a follower's CPU samples under full send load
+        (py-spy, 2026-11-28), work that can wait for a quieter second."""
         if self.config.scrub_bytes_per_s <= 0:
             return
         chunk = max(64 << 10, self.config.scrub_bytes_per_s // 8)
         cursor, pass_end = -1, -1
         pass_started = float("-inf")
+        end_seen = -1
         while True:
-            await asyncio.sleep(chunk / self.config.scrub_bytes_per_s)
+            end_seen, slow = self._scrub_should_slow(end_seen)
+            await asyncio.sleep(chunk / self.config.scrub_bytes_per_s * (SCRUB_YIELD_SLOWDOWN if slow else 1))
             store = self.store
             if cursor < store.ledger_begin_index or cursor > min(pass_end, self._scrub_limit()):
                 # A new pass, once the last one is old enough: a small log is
@@ -637,6 +646,16 @@ class DLedgerServer:
             if damaged >= 0:
                 self.repair_damage(damaged)
                 cursor = -1
+
+    def _scrub_should_slow(self, end_seen: int) -> tuple[int, bool]:
+        """(the log's end now, whether the scrubber yields): the replays' rule,
+        with "writing" judged since the scrubber's own last look."""
+        end = self.store.ledger_end_index
+        if self.config.replay_yield_wait_share <= 0 or not self.cpu_contention.available:
+            return end, False
+        verdict = should_yield(end != end_seen, self.cpu_contention, self.config.replay_yield_wait_share,
+                               self.config.replay_yield_min_wait)
+        return end, verdict is Verdict.YIELD
 
     def _scrub_limit(self) -> int:
         """The last entry the scrubber may check: committed and on disk."""

@@ -10,9 +10,11 @@ import shutil
 
 import pytest
 
+from dledger import server as server_module
 from dledger.entry import HEADER_SIZE
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.member_state import Role
+from dledger.read_pacer import Verdict
 from dledger.vote_rules import VoterState, VoterView, decide_vote, no_intact_leader
 from rpcgen import dledger_pb2 as pb
 from tests.unit.raft_harness import Cluster
@@ -506,3 +508,40 @@ async def test_a_read_that_meets_a_damaged_entry_answers_corrupt_log_and_starts_
     await eventually(lambda: not server.member_state.repairing, what="the repair completes")
     await cluster.wait_converged()
     assert cluster.log_of(victim) == cluster.log_of(leader)
+
+
+async def test_the_scrubber_slows_down_while_the_nodes_writes_wait_for_a_core(tmp_path, monkeypatch):
+    """The replays' verdict (dledger/read_pacer.py) says YIELD: the scrubber
+    checks SCRUB_YIELD_SLOWDOWN times fewer chunks a second; otherwise at its
+    rate (8 chunks a second here)."""
+    c = Cluster(str(tmp_path), scrub_bytes_per_s=512 << 10, scrub_pass_interval_s=0.0)
+    await c.start()
+    try:
+        leader = await c.wait_leader()
+        for i in range(20):
+            await c.servers[leader].append([b"entry-%d" % i])
+        await c.wait_converged()
+        follower = c.servers[next(n for n in c.servers if n != leader)]
+        follower.cpu_contention.available = True   # as on Linux, whatever this machine has
+        checks: list[float] = []
+        real = follower.store.find_damage
+
+        def counted(start_index: int, max_bytes: int) -> tuple[int, int]:
+            checks.append(asyncio.get_running_loop().time())
+            return real(start_index, max_bytes)
+
+        follower.store.find_damage = counted  # type: ignore[method-assign]
+        verdict = [Verdict.GROW]
+        monkeypatch.setattr(server_module, "should_yield", lambda *args: verdict[0])
+
+        async def chunks_in(seconds: float) -> int:
+            checks.clear()
+            await asyncio.sleep(seconds)
+            return len(checks)
+
+        assert await chunks_in(1.5) >= 8
+        verdict[0] = Verdict.YIELD
+        await asyncio.sleep(0.3)                     # the tick already asleep ends
+        assert await chunks_in(1.5) <= 2
+    finally:
+        await c.stop()
