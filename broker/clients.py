@@ -62,6 +62,10 @@ class ClientRegistry:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.sessions: dict[str, ClientSession] = {}
+        # Set when the node stops: Telemetry streams end, and new ones at once.
+        self.closed = False
+        # Ends of the Telemetry relays (broker/telemetry_relay.py) running here.
+        self.relays: set[Callable[[], None]] = set()
         self.subscription_settings: SubscriptionSettings | None = None
 
     def touch(self, client_id: str) -> None:
@@ -81,15 +85,20 @@ class ClientRegistry:
             session.outbox.put_nowait(None)
 
     def close_all(self) -> None:
-        """End every Telemetry session (a stopping node's): their clients
-        attach again where they are sent next."""
+        """End every Telemetry session and relay (a stopping node's), and any
+        opened later at once: their clients attach again where they are sent next."""
+        self.closed = True
         for session in list(self.sessions.values()):
             session.outbox.put_nowait(None)
+        for end in list(self.relays):
+            end()
 
     # -------------------------------------------------------------- telemetry
     async def telemetry(self, client_id: str, commands: AsyncIterator[spb.TelemetryCommand],
                         until: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[spb.TelemetryCommand]:
         """Serve one client's Telemetry stream until it closes (or `until` resolves)."""
+        if self.closed:
+            return
         session = ClientSession(client_id)
         previous = self.sessions.get(client_id)
         if previous is not None:

@@ -55,8 +55,17 @@ class TelemetryRelay:
             self._client_done = True
             self._inbox.put_nowait(_END)
 
+    def end(self) -> None:
+        """Ends the relay as if the client had closed its stream (this node stops)."""
+        self._client_done = True
+        self._inbox.put_nowait(_END)
+
     async def run(self) -> AsyncIterator[spb.TelemetryCommand]:
         resumed = False
+        if self.registry.closed:
+            self._reader.cancel()
+            return
+        self.registry.relays.add(self.end)
         try:
             while not self._client_done:
                 local = self.forwarder.is_leader()
@@ -78,6 +87,7 @@ class TelemetryRelay:
                     continue
                 return  # closed on purpose (terminated, or replaced by the client's newer stream)
         finally:
+            self.registry.relays.discard(self.end)
             self._reader.cancel()
 
     async def _commands(self, resumed: bool) -> AsyncIterator[spb.TelemetryCommand]:

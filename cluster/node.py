@@ -407,12 +407,15 @@ class Node:
         self._stopped = True
         log.info("node stopping")
         await self.health.enter_graceful_shutdown()
+        # Every port stops taking calls first (the front end and the servers
+        # stop together); then the streams held open by peers and clients end,
+        # once what they carry is answered; the grace is for calls in flight.
+        stops = [asyncio.ensure_future(server.stop(self.grace_s)) for server in self._servers]
         if self.front_end is not None:
-            await self.front_end.stop(self.grace_s)
-        # The grace is for calls in flight; streams held open by peers and
-        # clients end now, once what they carry is answered.
+            stops.append(asyncio.ensure_future(self.front_end.stop(self.grace_s)))
+        await asyncio.sleep(0)
         self.streams.close()
-        await asyncio.gather(*(server.stop(self.grace_s) for server in self._servers))
+        await asyncio.gather(*stops)
         if self.peer_links is not None:
             await self.peer_links.stop()
         if self.client_links is not None:

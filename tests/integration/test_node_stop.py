@@ -1,13 +1,17 @@
 """A node's clean stop (SIGTERM) with its streams open: three node processes
 with front ends, after sends and a receive through the followers' front ends
 (so a follower relays to the leader), the leader's PeerStream open on each
-follower, and a producer still connected (its Telemetry session on the
-node). Every node stops in well under its shutdown grace (2 s): the streams
-end once what they carry is answered (dledger/rpc/stream_server.py
-OpenStreams); before, each of these stops took the whole grace."""
+follower, and a producer still connected (its Telemetry stream relayed by a
+follower's front end). One follower stops alone, the producer sends on, then
+the rest stop. Every node stops in well under its shutdown grace (2 s): the
+streams end once what they carry is answered (dledger/rpc/stream_server.py
+OpenStreams, Telemetry relays and sessions); before, each of these stops
+took the whole grace."""
 from __future__ import annotations
 
+import asyncio
 import re
+import signal
 from datetime import datetime
 from pathlib import Path
 
@@ -40,13 +44,17 @@ async def test_nodes_stop_without_waiting_out_the_grace_for_open_streams(tmp_pat
     try:
         addresses = list(cluster.addresses.values())
         async with DLedgerClient(addresses) as admin:
-            await find_leader(admin, addresses, timeout=30.0)
+            leader = await find_leader(admin, addresses, timeout=30.0)
         front_ends = list(cluster.front_ends.values())
         async with Producer(front_ends) as producer:
             for i in range(10):
                 await producer.send(Message("StopTopic", b"m%d" % i))
             async with SimpleConsumer(front_ends, "stop-group", ["StopTopic"], await_duration_s=1.0) as consumer:
                 assert await consumer.receive(16, 30.0)
+            follower = cluster.procs[next(n for n in cluster.ids if n != leader)]
+            follower.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(follower.wait, 30)
+            await producer.send(Message("StopTopic", b"after a follower stopped"))
             cluster.stop_all()   # the producer still connected
     finally:
         cluster.stop_all()
