@@ -52,11 +52,10 @@ class TelemetryRelay:
                     self._settings = command
                 self._inbox.put_nowait(command)
         finally:
-            self._client_done = True
-            self._inbox.put_nowait(_END)
+            self.end()
 
     def end(self) -> None:
-        """Ends the relay as if the client had closed its stream (this node stops)."""
+        """Ends the relay as the client's closing its stream does (also when this node stops)."""
         self._client_done = True
         self._inbox.put_nowait(_END)
 

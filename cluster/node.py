@@ -413,7 +413,7 @@ class Node:
         stops = [asyncio.ensure_future(server.stop(self.grace_s)) for server in self._servers]
         if self.front_end is not None:
             stops.append(asyncio.ensure_future(self.front_end.stop(self.grace_s)))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)   # the stops begin: no port takes a new call from here on
         self.streams.close()
         await asyncio.gather(*stops)
         if self.peer_links is not None:

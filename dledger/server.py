@@ -499,6 +499,10 @@ class DLedgerServer:
         at most every 0.1 s; writing: the log grew since the last verdict."""
         end = self.store.ledger_end_index
         writing, self._end_at_last_verdict = end != self._end_at_last_verdict, end
+        return self._yield_verdict(writing)
+
+    def _yield_verdict(self, writing: bool) -> Verdict:
+        """Whether background reads (replays, the scrubber) give way to the node's writes."""
         return should_yield(writing, self.cpu_contention, self.config.replay_yield_wait_share,
                             self.config.replay_yield_min_wait)
 
@@ -653,9 +657,7 @@ class DLedgerServer:
         end = self.store.ledger_end_index
         if self.config.replay_yield_wait_share <= 0 or not self.cpu_contention.available:
             return end, False
-        verdict = should_yield(end != end_seen, self.cpu_contention, self.config.replay_yield_wait_share,
-                               self.config.replay_yield_min_wait)
-        return end, verdict is Verdict.YIELD
+        return end, self._yield_verdict(end != end_seen) is Verdict.YIELD
 
     def _scrub_limit(self) -> int:
         """The last entry the scrubber may check: committed and on disk."""

@@ -38,13 +38,22 @@ def stop_seconds(log: Path) -> float:
     return (times["stopped"] - times["stopping"]).total_seconds()
 
 
-async def test_nodes_stop_without_waiting_out_the_grace_for_open_streams(tmp_path: Path):
+async def started(tmp_path: Path) -> tuple[ProcessCluster, str]:
+    """Three node processes with front ends, and the id of their leader."""
     cluster = ProcessCluster(tmp_path / "nodes", front_ends=True)
     cluster.start()
+    addresses = list(cluster.addresses.values())
     try:
-        addresses = list(cluster.addresses.values())
         async with DLedgerClient(addresses) as admin:
-            leader = await find_leader(admin, addresses, timeout=30.0)
+            return cluster, await find_leader(admin, addresses, timeout=30.0)
+    except BaseException:
+        cluster.stop_all()
+        raise
+
+
+async def test_nodes_stop_without_waiting_out_the_grace_for_open_streams(tmp_path: Path):
+    cluster, leader = await started(tmp_path)
+    try:
         front_ends = list(cluster.front_ends.values())
         async with Producer(front_ends) as producer:
             for i in range(10):
@@ -67,12 +76,8 @@ async def test_a_leader_stopped_cleanly_under_sends_fails_none_and_stops_at_once
     send through the front ends. Its streams end once their calls are
     answered, calls it had not read fail over (never run twice: the client
     retries with the same message id), and no send fails."""
-    cluster = ProcessCluster(tmp_path / "nodes", front_ends=True)
-    cluster.start()
+    cluster, leader = await started(tmp_path)
     try:
-        addresses = list(cluster.addresses.values())
-        async with DLedgerClient(addresses) as admin:
-            leader = await find_leader(admin, addresses, timeout=30.0)
         sent: list[bytes] = []
         stop = asyncio.Event()
         async with Producer(list(cluster.front_ends.values())) as producer:
