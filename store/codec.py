@@ -458,6 +458,18 @@ def decoded_fields(record: bytes | bytearray | memoryview, message: MessageExt) 
     return prefix, middle, message.topic, body, tuple(properties.items())
 
 
+def dispatch_request_of(fields: DecodedFields) -> DispatchRequest:
+    """What `peek` gives for the record `fields` came from (`decoded_fields`),
+    without parsing it: the leader's apply loop takes this for the entries
+    it wrote itself (store/commit_log.py, `WrittenMessages`)."""
+    prefix, middle, topic, body, pairs = fields
+    properties = dict(pairs)
+    return DispatchRequest(topic, prefix[3], prefix[5], prefix[6], prefix[0],
+                           tag_hash_code(properties.get(mc.TAGS)), middle[2], prefix[8], prefix[7], prefix[4],
+                           middle[5], middle[6], prefix[2], _PREFIX.size + _MIDDLE[prefix[7] & _V6_BITS].size,
+                           len(body), properties)
+
+
 def from_decoded_fields(fields: DecodedFields) -> MessageExt:
     """A new MessageExt equal to `decode` of the record `fields` came from
     (a properties dict of its own: callers may change what they get)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from typing import Callable, NamedTuple, Sequence
 
 from dledger.entry import CHANNEL_STATE_MACHINE
@@ -25,7 +26,7 @@ from dledger.errors import DLedgerError, ResponseCode
 from dledger.server import DLedgerServer
 from store import codec
 from store import message_const as mc
-from store.codec import MessageExt
+from store.codec import DispatchRequest, MessageExt
 from store.errors import (PutOutcomeUnknownError, StoreError, StoreFullError,
                           StoreUnavailableError)
 from store.hot_messages import HotMessages
@@ -37,6 +38,10 @@ log = logging.getLogger(__name__)
 DLEDGER_HEADER_SIZE = 48  # a message's physical offset is its entry's position + this
 
 QueueKey = tuple[str, int]
+# Messages this leader wrote and its apply loop has not reached yet, by
+# entry position: (the entry's term, its body's CRC-32, what `peek` would
+# find in it). See DLedgerCommitLog.written.
+WrittenMessages = dict[int, tuple[int, int, DispatchRequest]]
 
 
 class PutResult(NamedTuple):
@@ -80,6 +85,14 @@ class DLedgerCommitLog:
         # The newest messages this leader stored, once committed (store/hot_messages.py).
         self.hot = HotMessages(hot_bytes)
         self._retained = (-2, 0)   # (the log's first index, min_physical_offset then)
+        # The apply loop parses every message back from its entry to derive
+        # ConsumeQueues and the index; on the leader those are messages it
+        # built a moment before. So `put` leaves what parsing would find here,
+        # and the apply loop (store/reput.py) takes it instead, for an entry
+        # whose term and body CRC in the committed log are the ones written
+        # (an entry a later leader put at the same position has another term:
+        # Raft's log matching; a failed put takes its own back).
+        self.written: WrittenMessages = {}
 
     @property
     def log(self):  # noqa: ANN201 - the DLedgerFileStore
@@ -146,6 +159,7 @@ class DLedgerCommitLog:
         if term != self._offsets_term:
             self._next_offsets.clear()
             self._offsets_term = term
+            self.written.clear()   # an earlier term's: never applied (cut) or found stale by their term
         if applied_index < ready_from:
             raise StoreUnavailableError(f"this new leader has applied the log to {applied_index}, "
                                         f"not yet to {ready_from} where its term starts")
@@ -156,8 +170,11 @@ class DLedgerCommitLog:
             message.store_host = self.store_host
             bodies.append(bytearray(codec.encode(message)))
         assigned: list[int] = []
+        fields: list[codec.DecodedFields] = []
         before = dict(self._next_offsets)
         written_from = self.log.write_position
+        written = self.written
+        placed: list[tuple[int, tuple[int, int, DispatchRequest]]] = []
 
         def place(positions: list[int]) -> None:
             # Runs once the leader knows where the entries go, before any byte
@@ -166,18 +183,27 @@ class DLedgerCommitLog:
                 queue_offset = self._assign(message) if gets_queue_offset(message.sys_flag) else -1
                 assigned.append(queue_offset)
                 codec.patch_offsets(body, max(queue_offset, 0), position + DLEDGER_HEADER_SIZE)
+                decoded = codec.decoded_fields(body, message)
+                fields.append(decoded)
+                mine = (term, zlib.crc32(body), codec.dispatch_request_of(decoded))
+                written[position] = mine
+                placed.append((position, mine))
 
         try:
             first, _, positions = await self.server.append(bodies, prepare=place, channel=CHANNEL_STATE_MACHINE)
         except DLedgerError as error:
             if self.log.write_position == written_from:
                 self._next_offsets = before  # nothing written: the offsets are free again
+            # Whatever the failed put left in the log (its outcome unknown)
+            # the apply loop parses: no later entry at a position it had can
+            # then be taken for its own.
+            for position, mine in placed:
+                if written.get(position) is mine:
+                    del written[position]
             raise store_error(error) from None
         if self.hot.enabled:
             # Committed now: final, so consumers may read them from memory.
-            fields_of = codec.decoded_fields
-            self.hot.remember([(pos + DLEDGER_HEADER_SIZE, fields_of(body, message))
-                               for message, body, pos in zip(messages, bodies, positions)])
+            self.hot.remember([(pos + DLEDGER_HEADER_SIZE, decoded) for pos, decoded in zip(positions, fields)])
         return [PutResult(self.store_host,
                           pos + DLEDGER_HEADER_SIZE, message.queue_id, queue_offset, len(body), now, first + i)
                 for i, (message, body, pos, queue_offset)

@@ -159,7 +159,8 @@ class MessageStore:
                  else min(self.checkpoint.applied_index, self.commit_log.committed_index))
         resume = max(known, log_store.ledger_begin_index - 1)
         self.reput = ReputMessageService(self.server, queues, self.index, self.commit_log.min_physical_offset,
-                                         resume, config.reput_batch_bytes, config.legacy_untagged_entries)
+                                         resume, config.reput_batch_bytes, config.legacy_untagged_entries,
+                                         written=self.commit_log.written)
         self.snapshots.start(resume, log_lost_entries=resume > known)
         self.snapshots.replay = self.reput.replay
         self.reput.gap_listeners.append(self.snapshots.on_gap)

@@ -37,7 +37,7 @@ from dledger.server import DLedgerServer
 from dledger.waiting import wait_event
 from store import codec
 from store.codec import DispatchRequest
-from store.commit_log import DLEDGER_HEADER_SIZE, gets_queue_offset
+from store.commit_log import DLEDGER_HEADER_SIZE, WrittenMessages, gets_queue_offset
 from store.consume_queue import ConsumeQueue
 from store.consume_queue_store import ConsumeQueueStore
 from store.errors import StoreError, StoreFailedError
@@ -96,8 +96,11 @@ class Progress:
 class ReputMessageService:
     def __init__(self, server: DLedgerServer, consume_queues: ConsumeQueueStore, index: IndexService | None,
                  min_physical_offset: Callable[[], int], applied_index: int, batch_bytes: int,
-                 legacy_untagged_entries: bool = False) -> None:
+                 legacy_untagged_entries: bool = False, written: WrittenMessages | None = None) -> None:
+        """`written`: the commit log's messages put but not yet applied
+        (DLedgerCommitLog.written), taken instead of parsing their entries."""
         self.server = server
+        self.written: WrittenMessages = {} if written is None else written
         self.consume_queues = consume_queues
         self.index = index
         self.min_physical_offset = min_physical_offset
@@ -230,15 +233,18 @@ class ReputMessageService:
         at = 0
         unpack = HEADER.unpack_from
         legacy = self.legacy_untagged_entries
+        written = self.written
         try:
             for _ in range(count):
-                magic, size, index, _, pos, channel, _, _, _ = unpack(data, at)
+                magic, size, index, term, pos, channel, _, body_crc, _ = unpack(data, at)
                 if index <= self._dispatched:
                     at += size  # dispatched before its derived writes failed
                     continue
                 if magic == MAGIC_NORMAL:
                     if channel == CHANNEL_STATE_MACHINE:
-                        self._dispatch(index, pos, data[at + HEADER_SIZE:at + size])
+                        mine = written.pop(pos, None) if written else None
+                        self._dispatch(index, pos, data[at + HEADER_SIZE:at + size],
+                                       mine[2] if mine is not None and mine[:2] == (term, body_crc) else None)
                     elif legacy:
                         self._dispatch_untagged(index, pos, data[at + HEADER_SIZE:at + size])
                     else:
@@ -248,9 +254,15 @@ class ReputMessageService:
         finally:
             self._write_derived()
 
-    def _dispatch(self, index: int, pos: int, body: memoryview) -> None:
-        magic = codec.peek_magic(body) if len(body) >= 8 else 0
+    def _dispatch(self, index: int, pos: int, body: memoryview, written: DispatchRequest | None = None) -> None:
+        """`written`: what this leader's put left for the entry (the message
+        it wrote there, in this very entry: same position, term and body
+        CRC), so that the entry need not be parsed back."""
         try:
+            if written is not None:
+                self._dispatch_request(index, pos, written)
+                return
+            magic = codec.peek_magic(body) if len(body) >= 8 else 0
             if magic in codec.MESSAGE_MAGIC_CODES:
                 self._dispatch_message(index, pos, body)
             elif magic == SYSTEM_MAGIC_CODE:
@@ -274,7 +286,9 @@ class ReputMessageService:
             self._note_raw(index)
 
     def _dispatch_message(self, index: int, pos: int, body: memoryview) -> None:
-        request = codec.peek(body)
+        self._dispatch_request(index, pos, codec.peek(body))
+
+    def _dispatch_request(self, index: int, pos: int, request: DispatchRequest) -> None:
         if request.physical_offset != pos + DLEDGER_HEADER_SIZE:
             raise StoreFailedError(f"entry {index}: message says physical offset "
                                    f"{request.physical_offset}, but it lies at {pos + DLEDGER_HEADER_SIZE}")
