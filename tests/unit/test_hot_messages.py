@@ -107,6 +107,9 @@ async def test_a_message_not_committed_is_not_held(tmp_path):
         with pytest.raises(Exception):
             await store.put_messages([message("Hot", b"never committed")])
         assert len(store.commit_log.hot) == 0
+        # Nor left for the apply loop to take (test_written_messages.py):
+        # whatever the put left in the log is parsed.
+        assert store.commit_log.written == {}
     finally:
         await c.stop()
 

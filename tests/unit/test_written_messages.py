@@ -2,7 +2,8 @@
 DLedgerCommitLog.written) instead of parsing the entries back: it must derive
 exactly what a follower derives by parsing, and must never take what it
 holds for an entry that is not the very one it wrote (another term or other
-bytes at the same position)."""
+bytes at the same position). A put that fails leaves nothing to take:
+tests/unit/test_hot_messages.py, test_a_message_not_committed_is_not_held."""
 from __future__ import annotations
 
 import dataclasses
@@ -100,18 +101,3 @@ async def test_an_entry_of_another_term_or_other_bytes_at_the_position_is_parsed
     assert [m.body for m in leader.get_messages("Hot", 0, 0, 10).messages] == [b"m0", b"m1", b"m2"]
     assert written == {}
 
-
-async def test_a_put_that_fails_leaves_nothing_to_take(tmp_path):
-    c = StoreCluster(str(tmp_path), max_wait_ack_s=0.3)
-    await c.start()
-    try:
-        await c.create_topic("Hot", queues=1)
-        leader_id = await c.wait_leader()
-        store = c.stores[leader_id]
-        for node in [n for n in c.stores if n != leader_id]:
-            await c.stop(node)     # no quorum: the put cannot commit
-        with pytest.raises(Exception):
-            await store.put_messages([message("Hot", b"outcome unknown")])
-        assert store.commit_log.written == {}
-    finally:
-        await c.stop()
