@@ -37,15 +37,22 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from cluster import broker_cli, event_loop, security_cli
-from cluster.chaos.command import add_arguments as add_chaos_arguments
+from cluster import event_loop, node_args, security_cli
 from cluster.config import (ConfigError, add_node_arguments, broker_settings_from_args, config_from_args,
                             event_loop_from_args)
 from cluster.cli_args import address_arg, non_negative_int, positive_float, positive_int, servers_arg
-from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError
+
+if TYPE_CHECKING:
+    from dledger.client import DLedgerClient
+
+# The client library (dledger.client, broker.client and the commands built on
+# them) is imported by the commands that use it, not here: `dledger node`,
+# which every node process runs, parses its own flags only (see `run`), and
+# importing the client commands cost each node about half a second of CPU at
+# start on a slow day (0.8-0.9 s of imports against 1.4).
 
 # Entries per Append call for `append --count`: large batches amortize the
 # per-call cost, and the byte cap keeps one call well under the message limit.
@@ -105,8 +112,13 @@ async def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def log_client(args: argparse.Namespace) -> DLedgerClient:
+    from dledger.client import DLedgerClient
+    return DLedgerClient(args.servers, args.group)
+
+
 async def cmd_append(args: argparse.Namespace) -> int:
-    async with DLedgerClient(args.servers, args.group) as client:
+    async with log_client(args) as client:
         if args.data is not None:
             result = await client.append_one(args.data.encode())
             summary = append_json(1, result.first_index, result.last_index)
@@ -139,7 +151,7 @@ async def _append_many(client: DLedgerClient, count: int, size: int, batch: int)
 
 
 async def cmd_get(args: argparse.Namespace) -> int:
-    async with DLedgerClient(args.servers, args.group) as client:
+    async with log_client(args) as client:
         entry = await client.get(args.index)
     if args.json:
         print(dumps(entry_json(entry)))
@@ -150,7 +162,7 @@ async def cmd_get(args: argparse.Namespace) -> int:
 
 async def cmd_read(args: argparse.Namespace) -> int:
     out = sys.stdout
-    async with DLedgerClient(args.servers, args.group) as client:
+    async with log_client(args) as client:
         async for entry in client.read(args.start, args.end, args.from_id, include_system=args.all):
             if args.json:
                 out.write(dumps(entry_json(entry)) + "\n")
@@ -172,7 +184,7 @@ async def cmd_bench_append(args: argparse.Namespace) -> int:
 
 
 async def cmd_leader_transfer(args: argparse.Namespace) -> int:
-    async with DLedgerClient(args.servers, args.group) as client:
+    async with log_client(args) as client:
         leader_id, term = await client.leadership_transfer(args.to)
     if args.json:
         print(dumps({"leader_id": leader_id, "term": term}))
@@ -197,13 +209,13 @@ def print_members(members: list[dict[str, str]], as_json: bool) -> None:
 
 
 async def cmd_member_list(args: argparse.Namespace) -> int:
-    async with DLedgerClient(args.servers, args.group) as client:
+    async with log_client(args) as client:
         print_members(await client.members(), args.json)
     return 0
 
 
 async def cmd_member_add(args: argparse.Namespace) -> int:
-    async with DLedgerClient(args.servers, args.group) as client:
+    async with log_client(args) as client:
         members = await client.add_member(args.id, args.address, wait_for_voter=not args.no_wait,
                                           timeout_s=args.timeout, client_address=args.client_address or "")
     print_members(members, args.json)
@@ -211,13 +223,13 @@ async def cmd_member_add(args: argparse.Namespace) -> int:
 
 
 async def cmd_member_remove(args: argparse.Namespace) -> int:
-    async with DLedgerClient(args.servers, args.group) as client:
+    async with log_client(args) as client:
         print_members(await client.remove_member(args.id), args.json)
     return 0
 
 
 async def cmd_member_replace(args: argparse.Namespace) -> int:
-    async with DLedgerClient(args.servers, args.group) as client:
+    async with log_client(args) as client:
         members = await client.replace_member(args.id, args.address, new_id=args.new_id, timeout_s=args.timeout,
                                               client_address=args.client_address or "")
     print_members(members, args.json)
@@ -239,7 +251,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     configure_logging(config.self_id, args.log_level)
     # Flags override the TOML file's [broker] table.
     return event_loop.run(run_node(config, exit_with_parent=args.exit_with_parent,
-                                   broker_settings={**broker_settings, **broker_cli.broker_settings(args)}), loop)
+                                   broker_settings={**broker_settings, **node_args.broker_settings(args)}), loop)
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
@@ -309,16 +321,34 @@ def _client_parser(subparsers: Any, name: str, help_text: str) -> argparse.Argum
     return parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _top_parser() -> tuple[argparse.ArgumentParser, Any]:
     parser = argparse.ArgumentParser(prog="dledger", description="A Raft-replicated log in the manner of DLedger.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    return parser, parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+
+def _add_node_command(commands: Any) -> None:
     node = commands.add_parser("node", help="run one node in the foreground")
     add_node_arguments(node)
     node.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     node.add_argument("--exit-with-parent", type=int, metavar="PID", help=argparse.SUPPRESS)
-    broker_cli.add_node_broker_arguments(node)
+    node_args.add_node_broker_arguments(node)
     node.set_defaults(run=cmd_node)
+
+
+def build_server_parser(command: str) -> argparse.ArgumentParser:
+    """`dledger` with its `node` or `nameserver` command only: what the
+    server processes parse (see `run`)."""
+    parser, commands = _top_parser()
+    (_add_node_command if command == "node" else _add_nameserver_parser)(commands)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from cluster import broker_cli
+    from cluster.chaos.command import add_arguments as add_chaos_arguments
+
+    parser, commands = _top_parser()
+    _add_node_command(commands)
 
     cluster = commands.add_parser("cluster", help="a local multi-node cluster")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True, metavar="COMMAND")
@@ -481,6 +511,12 @@ def _add_replay_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["node"], ["nameserver"]):
+        server_args = build_server_parser(argv[0]).parse_args(argv)
+        return server_args.run(server_args)
+    from cluster import broker_cli
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.run is cmd_append and args.count is not None and args.size is None:

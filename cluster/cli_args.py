@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-from dledger.client import parse_servers
+from dledger.servers import parse_servers
 
 
 def servers_arg(text: str) -> list[str]:

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 from broker.config import BrokerConfig
 from cluster.event_loop import DEFAULT_EVENT_LOOP, EVENT_LOOPS, check_event_loop
 from dledger import failpoints
-from dledger.client import parse_servers
+from dledger.servers import parse_servers
 from dledger.config import DLedgerConfig, FlushMode, PeerAddress, parse_peers, parse_routes
 from dledger.rpc.credentials import ENV_SECRET_FILE, ENV_TLS_CA, ENV_USER
 

@@ -57,6 +57,7 @@ from dledger.rpc.credentials import ClientSecurity
 from dledger.rpc.link import (LINK_DIAL_TIMEOUT_S, LINK_REFUSED_RETRY_S, LINK_RETRY_S, MAX_FRAME_BYTES,
                               LinkDialer)
 from dledger.rpc.request_stream import RequestStream, StreamFailure
+from dledger.servers import parse_servers  # re-exported: the client's callers take it from here
 from rpcgen import dledger_pb2 as pb
 from rpcgen import dledger_pb2_grpc
 
@@ -125,23 +126,6 @@ class AppendResult:
     first_index: int
     last_index: int
     positions: list[int]
-
-
-def parse_servers(text: str | Iterable[str]) -> list[str]:
-    """`host:port,host:port` (or an iterable of them) -> a de-duplicated list."""
-    items = text.split(",") if isinstance(text, str) else list(text)
-    servers: list[str] = []
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"server {item!r}: expected HOST:PORT")
-        if item not in servers:
-            servers.append(item)
-    if not servers:
-        raise ValueError("no servers given")
-    return servers
 
 
 def rpc_error(error: grpc.aio.AioRpcError, address: str) -> DLedgerError:

@@ -28,10 +28,6 @@ from typing import Any, Callable, Iterator
 
 import grpc
 
-from broker.client.admin import _group as group_info
-from broker.client.admin import _topic as topic_info
-from broker.client.operations import view_of as message_view
-from dledger.client import node_status_row
 from dledger.rpc import tls
 from dledger.rpc.credentials import ClientSecurity
 from rpcgen import dledger_pb2 as dpb
@@ -44,6 +40,11 @@ from rpcgen.pydledger.admin.v1 import operations_pb2_grpc
 from rpcgen.pydledger.auth.v1 import auth_pb2 as authpb
 from rpcgen.pydledger.auth.v1 import auth_pb2_grpc
 
+# LAZY_CLIENT_IMPORTS: the client packages' views of admin answers
+# (broker.client, dledger.client) are imported where the console first uses
+# them, not with this module: every node imports it, and they cost each node
+# process about a sixth of its start-up imports (the suite starts hundreds of
+# nodes) for a page most nodes never serve.
 PROBE_TIMEOUT_S = 1.0
 CALL_TIMEOUT_S = 10.0
 # Groups whose progress one overview request reads: each is a scan of its queues.
@@ -172,6 +173,7 @@ class ConsoleBackend:
             pending = [a for a in peer_ids if a not in probed]
         nodes, seen = [], set()
         lag: dict[str, int] = {}
+        from dledger.client import node_status_row   # imported here: see LAZY_CLIENT_IMPORTS
         for address, answer in probed.items():
             row = node_status_row(address, answer, peer_ids.get(address))
             if row["id"] in seen:
@@ -211,11 +213,13 @@ class ConsoleBackend:
     # -------------------------------------------------------- topics, groups
     def topics(self, include_system: bool = False) -> dict[str, Any]:
         answer = self._admin("ListTopics", apb.ListTopicsRequest(include_system=include_system))
+        from broker.client.admin import _topic as topic_info   # see LAZY_CLIENT_IMPORTS
         return {"topics": [topic_info(t).to_json() for t in answer.topics]}
 
     def groups(self) -> dict[str, Any]:
         answer = self._admin("ListGroups", apb.ListGroupsRequest())
         groups = []
+        from broker.client.admin import _group as group_info   # see LAZY_CLIENT_IMPORTS
         for info in answer.groups[:MAX_GROUPS_IN_OVERVIEW]:
             row = group_info(info).to_json()
             progress = self.progress(info.group)
@@ -379,6 +383,7 @@ class ConsoleBackend:
 
 
 def _message_json(view: opb.MessageView) -> dict[str, Any]:
+    from broker.client.operations import view_of as message_view   # see LAZY_CLIENT_IMPORTS
     data = message_view(view).to_json()
     try:
         data["body_text"] = view.body.decode("utf-8")
