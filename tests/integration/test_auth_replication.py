@@ -3,53 +3,28 @@ death and a restart of every node, and a removed user is refused by every
 node within a second."""
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 import grpc
 import pytest
 
 from broker.client.admin import AdminClient
-from cluster.process_cluster import ProcessCluster, find_leader, wait_serving
+from cluster.process_cluster import find_leader, wait_serving
 from dledger.client import DLedgerClient
 from broker.auth.requirements import MESSAGING
 from dledger.rpc.credentials import ClientSecurity, signed_headers
 from rpcgen import dledger_pb2, dledger_pb2_grpc
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
-from rpcgen.apache.rocketmq.v2 import service_pb2_grpc
 from rpcgen.pydledger.auth.v1 import auth_pb2 as apb
 from rpcgen.pydledger.relay.v1 import relay_pb2, relay_pb2_grpc
-from tests.integration.auth_helpers import ADMIN, auth_call, auth_cluster
+from tests.integration.auth_helpers import ADMIN, auth_call, auth_cluster, route_code, route_request, wait_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 CAROL = ClientSecurity(user="carol", secret="carol-secret-1")
 DAVE = ClientSecurity(user="dave", secret="dave-secret-22")
-ROUTE = spb.QueryRouteRequest(topic=pb.Resource(name="Ledger"), endpoints=pb.Endpoints(
-    scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=1)]))
-
-
-async def route_code(address: str, security: ClientSecurity) -> int:
-    async with security.channel(address) as channel:
-        response = await service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
-            ROUTE, metadata=[("x-mq-client-id", "replication-test")], timeout=5)
-    return response.status.code
-
-
-async def wait_all(cluster: ProcessCluster, security: ClientSecurity, code: int, within: float) -> float:
-    """Seconds until every node answers QueryRoute with `code`."""
-    start = time.monotonic()
-    pending = set(cluster.addresses)
-    while pending:
-        for node in list(pending):
-            if await route_code(cluster.addresses[node], security) == code:
-                pending.discard(node)
-        if time.monotonic() - start > within:
-            raise AssertionError(f"{sorted(pending)} still do not answer {pb.Code.Name(code)} after {within} s")
-        await asyncio.sleep(0.02)
-    return time.monotonic() - start
+ROUTE = route_request("Ledger")
 
 
 def relay_route(user: str, secret: str) -> relay_pb2.RelayRequest:

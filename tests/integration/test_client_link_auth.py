@@ -14,7 +14,7 @@ import pytest
 
 from broker.client import AdminClient, ClientError, Message, Producer
 from broker.client.link import SERVICE, MessagingLink
-from cluster.process_cluster import find_leader
+from cluster.process_cluster import find_leader, wait_serving
 from dledger.client import DLedgerClient
 from dledger.errors import DLedgerError, ResponseCode
 from dledger.rpc.client_link import open_client_link
@@ -24,7 +24,7 @@ from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from rpcgen.pydledger.auth.v1 import auth_pb2 as apb
 from rpcgen.pydledger.relay.v1 import relay_pb2 as rpb
-from tests.integration.auth_helpers import ADMIN, auth_call, auth_cluster
+from tests.integration.auth_helpers import ADMIN, auth_call, auth_cluster, wait_all
 from tests.metrics_scrape import counter_total
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -40,6 +40,7 @@ async def test_a_link_opens_only_for_credentials_that_may_append(tmp_path: Path)
         addresses = list(cluster.addresses.values())
         async with DLedgerClient(addresses, security=ADMIN) as client:
             leader = await find_leader(client, addresses, timeout=30)
+            await wait_serving(client, addresses, timeout=30)   # addresses[0] is asked next
         for user, actions in ((WRITER, ["Pub", "Sub"]), (READER, ["Sub"])):
             await auth_call(addresses[0], "CreateUser", apb.UserRequest(name=user.user, secret=user.secret))
             await auth_call(addresses[0], "CreateAcl", apb.CreateAclRequest(
@@ -99,6 +100,9 @@ async def test_a_messaging_link_checks_every_call_as_the_grpc_port_does(tmp_path
         async with DLedgerClient(addresses, security=ADMIN) as client:
             leader = cluster.addresses[await find_leader(client, addresses, timeout=30)]
             metadata = await client.metadata(leader)
+            # A leader needs two nodes: the third (addresses[0], asked next)
+            # may still be starting on a loaded machine (refused once so).
+            await wait_serving(client, addresses, timeout=30)
         assert metadata is not None and metadata.client_link_port
         await auth_call(addresses[0], "CreateUser", apb.UserRequest(name=ALICE.user, secret=ALICE.secret))
         await auth_call(addresses[0], "CreateAcl", apb.CreateAclRequest(
@@ -106,6 +110,9 @@ async def test_a_messaging_link_checks_every_call_as_the_grpc_port_does(tmp_path
         async with AdminClient(addresses, security=ADMIN) as admin:
             for topic in ("Allowed", "Refused"):
                 await admin.create_topic(topic, 1, "normal")
+        # Every node knows alice and the topic before she asks one for routes
+        # (a follower that had not applied her yet refused her Metadata once).
+        await wait_all(cluster, ALICE, pb.OK, within=30, topic="Allowed")
 
         async with Producer(addresses, ["Allowed"], security=ALICE) as producer:
             for _ in range(200):   # until alice has reached the leader and the link is open
