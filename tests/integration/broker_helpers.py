@@ -82,6 +82,26 @@ async def leader_of(cluster: ProcessCluster) -> str:
         await client.close()
 
 
+async def wait_caught_up(cluster: ProcessCluster, timeout: float = 30.0) -> None:
+    """Until every node holds the same log and votes. A node that starts
+    late joins as a non-voter until it has caught up (it could have lost its
+    disk); a leader killed before that leaves two nodes that cannot elect a
+    new one until it returns (seen once on a loaded machine)."""
+    addresses = list(cluster.addresses.values())
+    client = DLedgerClient(addresses)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            states = [await client.metadata(address) for address in addresses]
+            if all(s is not None and not s.repairing for s in states) and \
+                    len({(s.ledger_end_index, s.committed_index) for s in states if s is not None}) == 1:
+                return
+            assert time.monotonic() < deadline, f"nodes not caught up within {timeout}s: {states}"
+            await asyncio.sleep(0.05)
+    finally:
+        await client.close()
+
+
 def recovery(seconds: float) -> Duration:
     duration = Duration()
     duration.FromTimedelta(timedelta(seconds=seconds))

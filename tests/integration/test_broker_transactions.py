@@ -16,7 +16,7 @@ from cluster.process_cluster import ProcessCluster
 from rpcgen.apache.rocketmq.v2 import definition_pb2 as pb
 from rpcgen.apache.rocketmq.v2 import service_pb2 as spb
 from tests.integration.broker_helpers import (METADATA, QueueReader, TelemetryProducer, Watcher, leader_of, message,
-                                              recovery, retrying, send, stubs_of)
+                                              recovery, retrying, send, stubs_of, wait_caught_up)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 QUEUES = 8
@@ -178,6 +178,7 @@ async def test_after_a_sigkilled_leader_committed_stays_once_undecided_is_still_
         undecided = await send_half(by_node[leader], half("Fail", b"undecided", recovery_s=3))
         assert (await end(by_node[leader], "Fail", committed, pb.COMMIT)).status.code == pb.OK
         assert (await end(by_node[leader], "Fail", rolled_back, pb.ROLLBACK)).status.code == pb.OK
+        await wait_caught_up(cluster)   # the two left must be able to elect a leader
         cluster.kill(leader)
         survivor = next(n for n in cluster.ids if n != leader)
         again = await retrying(lambda: end(by_node[survivor], "Fail", committed, pb.COMMIT))
