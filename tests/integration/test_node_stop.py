@@ -21,7 +21,7 @@ from broker.client.consumer import SimpleConsumer
 from broker.client.message import Message
 from broker.client.producer import Producer
 from cluster.node import SHUTDOWN_GRACE_S
-from cluster.process_cluster import ProcessCluster, find_leader
+from cluster.process_cluster import ProcessCluster, find_leader, wait_serving
 from dledger.client import DLedgerClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -45,7 +45,11 @@ async def started(tmp_path: Path) -> tuple[ProcessCluster, str]:
     addresses = list(cluster.addresses.values())
     try:
         async with DLedgerClient(addresses) as admin:
-            return cluster, await find_leader(admin, addresses, timeout=30.0)
+            leader = await find_leader(admin, addresses, timeout=30.0)
+            # Every node up: a node still importing when the test stops it
+            # dies of the SIGTERM before it logs anything (seen on a slow day).
+            await wait_serving(admin, addresses, timeout=30.0)
+            return cluster, leader
     except BaseException:
         cluster.stop_all()
         raise
