@@ -188,11 +188,17 @@ class BrokerWorkload:
         # above 0): a short run on a slow machine sent 7 normal messages, none
         # of them drawn, and so had no dead letter to check.
         first_normal = self.config.never_ack_share > 0
+        # Producer i's first send is of kind i % 3 (normal, delayed,
+        # transactional): a 5 s run on a slow machine sent 7 messages, too
+        # few for the draws to reach every kind.
+        first_draw: float | None = (0.999, 0.0, self.config.delay_share)[int(name[1:]) % 3]
         while not stop.is_set():
             if self.heavy:
                 await self._send_batch(producer, name)
                 continue
             draw = rng.random()
+            if first_draw is not None:
+                draw, first_draw = first_draw, None
             if draw < self.config.delay_share:
                 await self._send(producer, name, DELAY, "delay", delay_s=rng.uniform(1.0, 4.0))
             elif draw < self.config.delay_share + self.config.txn_share:
