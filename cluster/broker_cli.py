@@ -344,8 +344,6 @@ def _names_arg(text: str) -> list[str]:
     return names
 
 
-
-
 def _parser(subparsers: Any, name: str, help_text: str,
             command: Callable[[argparse.Namespace], Awaitable[int]], error_name: str) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(name, help=help_text, description=help_text)

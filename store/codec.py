@@ -463,11 +463,17 @@ def dispatch_request_of(fields: DecodedFields) -> DispatchRequest:
     without parsing it: the leader's apply loop takes this for the entries
     it wrote itself (store/commit_log.py, `WrittenMessages`)."""
     prefix, middle, topic, body, pairs = fields
-    properties = dict(pairs)
-    return DispatchRequest(topic, prefix[3], prefix[5], prefix[6], prefix[0],
-                           tag_hash_code(properties.get(mc.TAGS)), middle[2], prefix[8], prefix[7], prefix[4],
-                           middle[5], middle[6], prefix[2], _PREFIX.size + _MIDDLE[prefix[7] & _V6_BITS].size,
-                           len(body), properties)
+    return _dispatch_request(prefix, middle, topic, _PREFIX.size + _MIDDLE[prefix[7] & _V6_BITS].size, len(body),
+                             dict(pairs))
+
+
+def _dispatch_request(prefix: tuple[Any, ...], middle: tuple[Any, ...], topic: str, body_offset: int,
+                      body_length: int, properties: dict[str, str]) -> DispatchRequest:
+    # Positional, in the field order of DispatchRequest: every replica makes
+    # one for every message it applies, and keywords cost twice as much here.
+    return DispatchRequest(topic, prefix[3], prefix[5], prefix[6], prefix[0], tag_hash_code(properties.get(mc.TAGS)),
+                           middle[2], prefix[8], prefix[7], prefix[4], middle[5], middle[6], prefix[2], body_offset,
+                           body_length, properties)
 
 
 def from_decoded_fields(fields: DecodedFields) -> MessageExt:
@@ -486,11 +492,8 @@ def peek(buf: bytes | bytearray | memoryview, offset: int = 0) -> DispatchReques
     framing is checked as strictly as by `decode`."""
     prefix, middle, body_start, body_length, topic_start, topic_length, properties_start, end = _parse(buf, offset)
     properties = decode_properties(buf[properties_start:end]) if end > properties_start else {}
-    # Positional, in the field order of DispatchRequest: every replica parses
-    # every message it applies, and keywords cost twice as much here.
-    return DispatchRequest(_topic(buf, topic_start, topic_length, offset), prefix[3], prefix[5], prefix[6],
-                           prefix[0], tag_hash_code(properties.get(mc.TAGS)), middle[2], prefix[8], prefix[7],
-                           prefix[4], middle[5], middle[6], prefix[2], body_start - offset, body_length, properties)
+    return _dispatch_request(prefix, middle, _topic(buf, topic_start, topic_length, offset), body_start - offset,
+                             body_length, properties)
 
 
 def iter_messages(buf: bytes | bytearray | memoryview, offset: int = 0,

@@ -244,7 +244,8 @@ class ReputMessageService:
                     if channel == CHANNEL_STATE_MACHINE:
                         mine = written.pop(pos, None) if written else None
                         self._dispatch(index, pos, data[at + HEADER_SIZE:at + size],
-                                       mine[2] if mine is not None and mine[:2] == (term, body_crc) else None)
+                                       mine[2] if mine is not None and mine[0] == term and mine[1] == body_crc
+                                       else None)
                     elif legacy:
                         self._dispatch_untagged(index, pos, data[at + HEADER_SIZE:at + size])
                     else:
